@@ -1,0 +1,1 @@
+"""ember.tools: the ember command line, benchmark harness and demo."""
