@@ -1,0 +1,376 @@
+"""Image decode/encode with torchvision.io's API, on Pillow.
+
+Decoded images are contiguous ``[C, H, W]`` tensors (uint8; uint16 for 16-bit PNGs), pixel
+for pixel what Pillow gives in the same mode. Lists decode on a thread pool: Pillow releases
+the GIL while decoding, so a batch uses every core.
+"""
+
+from __future__ import annotations
+
+import enum
+import io
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from struct import error as struct_error
+
+import numpy as np
+import torch
+from PIL import GifImagePlugin, Image, ImageOps, JpegImagePlugin, PngImagePlugin, WebPImagePlugin
+
+from ember.vision.io.file import check_bytes, read_file, write_file
+
+
+class ImageReadMode(enum.Enum):
+    """Channels to decode into (torchvision.io.ImageReadMode)."""
+
+    UNCHANGED = 0
+    GRAY = 1
+    GRAY_ALPHA = 2
+    RGB = 3
+    RGB_ALPHA = 4
+
+
+_PIL_MODE = {
+    ImageReadMode.GRAY: "L",
+    ImageReadMode.GRAY_ALPHA: "LA",
+    ImageReadMode.RGB: "RGB",
+    ImageReadMode.RGB_ALPHA: "RGBA",
+}
+
+# What UNCHANGED turns a Pillow mode into when the mode has no tensor layout of its own.
+_UNCHANGED_CONVERSION = {"1": "L", "CMYK": "RGB", "YCbCr": "RGB", "LAB": "RGB", "HSV": "RGB",
+                         "PA": "RGBA", "RGBX": "RGB", "RGBa": "RGBA", "La": "LA", "F": "I"}
+
+_BANDS = {"RGB": "RGB", "RGBA": "RGBA"}  # modes whose bands Pillow packs one plane at a time
+
+# (format name, magic test, plugin class). The class is built directly so that the
+# decompression-bomb limit is enforced here, as an error, rather than as Pillow's warning.
+_FORMATS: list[tuple[str, Callable[[bytes], bool], type]] = [
+    ("JPEG", lambda h: h[:3] == b"\xff\xd8\xff", JpegImagePlugin.JpegImageFile),
+    ("PNG", lambda h: h[:8] == b"\x89PNG\r\n\x1a\n", PngImagePlugin.PngImageFile),
+    ("GIF", lambda h: h[:6] in (b"GIF87a", b"GIF89a"), GifImagePlugin.GifImageFile),
+    ("WebP", lambda h: h[:4] == b"RIFF" and h[8:12] == b"WEBP", WebPImagePlugin.WebPImageFile),
+]
+# Recognised, but not decoded: named in the error message.
+_UNSUPPORTED = [
+    ("BMP", lambda h: h[:2] == b"BM"),
+    ("TIFF", lambda h: h[:4] in (b"II*\x00", b"MM\x00*")),
+    ("AVIF/HEIC", lambda h: h[4:8] == b"ftyp"),
+]
+
+
+def sniff_format(header: bytes) -> str | None:
+    """The image format named by the magic bytes (``"JPEG"``, ``"PNG"``, ...), or None."""
+    for name, test, *_ in _FORMATS + _UNSUPPORTED:
+        if test(header):
+            return name
+    return None
+
+
+def _read_mode(mode: ImageReadMode | str) -> ImageReadMode:
+    if isinstance(mode, ImageReadMode):
+        return mode
+    if isinstance(mode, str):
+        aliases = {"RGBA": "RGB_ALPHA", "L": "GRAY", "LA": "GRAY_ALPHA", "GRAYA": "GRAY_ALPHA"}
+        key = aliases.get(mode.upper(), mode.upper())
+        if key in ImageReadMode.__members__:
+            return ImageReadMode[key]
+    raise ValueError(f"mode must be an ImageReadMode or one of {list(ImageReadMode.__members__)}, "
+                     f"got {mode!r}")
+
+
+def _device(device: str | torch.device) -> torch.device:
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device must name a torch device, got {device!r}") from exc
+
+
+def _open(data: torch.Tensor, op: str, expected: str | None) -> tuple[Image.Image, str]:
+    """Open encoded bytes with the plugin for their format; errors name what was wrong."""
+    buffer = data.numpy()
+    header = buffer[:16].tobytes()
+    fmt = sniff_format(header)
+    if expected is not None and fmt != expected:
+        found = f"{fmt} data" if fmt else "data that is not a recognised image format"
+        raise ValueError(f"{op}: input is {found}, not {expected}; decode_image detects the format")
+    plugin = next((cls for name, _, cls in _FORMATS if name == fmt), None)
+    if plugin is None:
+        supported = ", ".join(name for name, *_ in _FORMATS)
+        what = f"{fmt} images are not supported" if fmt else (
+            f"unrecognised image format (first bytes {header[:8]!r})")
+        raise ValueError(f"{op}: {what}; supported formats: {supported}")
+    try:
+        im = plugin(io.BytesIO(buffer))
+    except (SyntaxError, OSError, ValueError, EOFError, struct_error) as exc:
+        raise RuntimeError(f"{op}: corrupt {fmt} data: {exc}") from exc
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and im.width * im.height > limit:
+        raise ValueError(f"{op}: image of {im.width}x{im.height} pixels exceeds the "
+                         f"decompression-bomb limit of {limit} pixels (PIL.Image.MAX_IMAGE_PIXELS)")
+    return im, fmt
+
+
+def _load(im: Image.Image, op: str, fmt: str) -> None:
+    try:
+        im.load()
+    except (OSError, SyntaxError, ValueError, EOFError, struct_error) as exc:
+        raise RuntimeError(f"{op}: corrupt or truncated {fmt} data: {exc}") from exc
+
+
+def _png16_color(im: Image.Image, data: torch.Tensor, op: str) -> torch.Tensor | None:
+    """16-bit RGB(A) PNG as uint16, or None for other images.
+
+    Pillow holds such images as 8 bits (the high bytes). Decoding the same stream once more
+    with the little-endian unpacker yields the low bytes, so both halves come from Pillow.
+    """
+    tile = im.tile[0] if len(im.tile) == 1 else None
+    rawmode = tile.args if tile is not None else None
+    if not (isinstance(rawmode, str) and rawmode in ("RGB;16B", "RGBA;16B")):
+        return None
+    low = PngImagePlugin.PngImageFile(io.BytesIO(data.numpy()))
+    low.tile = [tile._replace(args=rawmode.replace("16B", "16L"))]
+    _load(im, op, "PNG")
+    _load(low, op, "PNG")
+    high = np.asarray(im).astype(np.uint16) << 8
+    value = high | np.asarray(low)
+    return torch.from_numpy(np.ascontiguousarray(value.transpose(2, 0, 1)))
+
+
+def _to_tensor(im: Image.Image) -> torch.Tensor:
+    """A loaded Pillow image as a contiguous [C, H, W] tensor, one copy per plane."""
+    w, h = im.size
+    if im.mode.startswith("I;16"):
+        dtype = ">u2" if im.mode.endswith("B") else "<u2"
+        plane = np.frombuffer(im.tobytes(), dtype=dtype).astype(np.uint16).reshape(1, h, w)
+        return torch.from_numpy(plane)
+    if im.mode == "I":  # 16-bit PNGs Pillow widens to int32; their values fit uint16
+        return torch.from_numpy(np.asarray(im).astype(np.uint16).reshape(1, h, w))
+    bands = _BANDS.get(im.mode)
+    if bands is None:
+        arr = np.asarray(im).reshape(h, w, -1)
+        out = torch.empty((arr.shape[2], h, w), dtype=torch.uint8)
+        out.numpy()[...] = arr.transpose(2, 0, 1)
+        return out
+    out = torch.empty((len(bands), h, w), dtype=torch.uint8)
+    planes = out.numpy().reshape(len(bands), -1)
+    for i, band in enumerate(bands):
+        planes[i] = np.frombuffer(im.tobytes("raw", band), dtype=np.uint8)
+    return out
+
+
+def _convert(im: Image.Image, mode: ImageReadMode) -> Image.Image:
+    if mode is ImageReadMode.UNCHANGED:
+        if im.mode == "P":
+            has_alpha = "transparency" in im.info or im.palette.mode == "RGBA"
+            return im.convert("RGBA" if has_alpha else "RGB")
+        target = _UNCHANGED_CONVERSION.get(im.mode)
+        return im.convert(target) if target else im
+    target = _PIL_MODE[mode]
+    return im if im.mode == target else im.convert(target)
+
+
+def _decode_one(data: torch.Tensor, mode: ImageReadMode, apply_exif_orientation: bool,
+                op: str, expected: str | None, size: tuple[int, int] | None = None
+                ) -> torch.Tensor:
+    data = check_bytes(data)
+    im, fmt = _open(data, op, expected)
+    if fmt == "GIF":
+        return _gif_frames(im, mode, op)
+    if size is not None and fmt == "JPEG":
+        im.draft(None, (size[1], size[0]))  # DCT scaling: smallest 1/2^k size >= (w, h)
+    if mode is ImageReadMode.UNCHANGED and fmt == "PNG" and not apply_exif_orientation:
+        wide = _png16_color(im, data, op)
+        if wide is not None:
+            return wide
+    _load(im, op, fmt)
+    if apply_exif_orientation:
+        im = ImageOps.exif_transpose(im)
+    return _to_tensor(_convert(im, mode))
+
+
+def _gif_frames(im: Image.Image, mode: ImageReadMode, op: str) -> torch.Tensor:
+    if mode is ImageReadMode.UNCHANGED:
+        mode = ImageReadMode.RGB
+    frames = []
+    for index in range(getattr(im, "n_frames", 1)):
+        try:
+            im.seek(index)
+        except (OSError, EOFError, ValueError) as exc:
+            raise RuntimeError(f"{op}: corrupt GIF data at frame {index}: {exc}") from exc
+        _load(im, op, "GIF")
+        frames.append(_to_tensor(_convert(im, mode)))
+    return frames[0] if len(frames) == 1 else torch.stack(frames)
+
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _threads() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        _pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1,
+                                   thread_name_prefix="ember-image")
+    return _pool
+
+
+def _map_batch(fn: Callable, items: Sequence, op: str) -> list:
+    """``fn`` over ``items`` on the thread pool; an error names the index of the bad item."""
+    if len(items) <= 1:
+        return [_indexed(fn, item, i, op) for i, item in enumerate(items)]
+    futures = [_threads().submit(_indexed, fn, item, i, op) for i, item in enumerate(items)]
+    return [f.result() for f in futures]
+
+
+def _indexed(fn: Callable, item, index: int, op: str):
+    try:
+        return fn(item)
+    except (ValueError, TypeError, RuntimeError) as exc:
+        raise type(exc)(f"{op}: item {index} of the batch: {exc}") from exc
+
+
+def _to_device(img: torch.Tensor, device: torch.device) -> torch.Tensor:
+    if device.type == "cpu":
+        return img
+    if device.type == "cuda":
+        return img.pin_memory().to(device, non_blocking=True)
+    return img.to(device)
+
+
+def _check_size(size: object) -> tuple[int, int] | None:
+    if size is None:
+        return None
+    if isinstance(size, int):
+        size = (size, size)
+    if (not isinstance(size, (tuple, list)) or len(size) != 2
+            or not all(isinstance(s, int) and s > 0 for s in size)):
+        raise ValueError(f"size must be None, a positive int or (height, width), got {size!r}")
+    return int(size[0]), int(size[1])
+
+
+def _decoder(op: str, expected: str | None):
+    """Build a public decode function for one format (``None``: sniffed)."""
+
+    def decode(input, mode: ImageReadMode | str = ImageReadMode.UNCHANGED,
+               apply_exif_orientation: bool = False, device: str | torch.device = "cpu"):
+        read_mode, dev = _read_mode(mode), _device(device)
+
+        def one(data):
+            return _to_device(_decode_one(data, read_mode, apply_exif_orientation, op, expected),
+                              dev)
+
+        if isinstance(input, (list, tuple)):
+            return _map_batch(one, input, op)
+        return one(input)
+
+    decode.__name__ = op
+    return decode
+
+
+decode_png = _decoder("decode_png", "PNG")
+decode_png.__doc__ = """Decode PNG bytes to [C, H, W] (uint16 for 16-bit images)."""
+decode_webp = _decoder("decode_webp", "WebP")
+decode_webp.__doc__ = """Decode WebP bytes to [C, H, W] uint8."""
+decode_image = _decoder("decode_image", None)
+decode_image.__doc__ = """Decode JPEG, PNG, GIF or WebP bytes, the format read from the magic
+bytes; a list of tensors decodes in parallel and returns a list."""
+
+
+def decode_jpeg(input: torch.Tensor | Sequence[torch.Tensor],
+                mode: ImageReadMode | str = ImageReadMode.UNCHANGED,
+                device: str | torch.device = "cpu", apply_exif_orientation: bool = False,
+                size: int | tuple[int, int] | None = None):
+    """Decode JPEG bytes to uint8 [C, H, W]; a list decodes in parallel and returns a list.
+
+    ``size=(h, w)`` decodes straight to a reduced size by DCT scaling: the smallest of the
+    1/1, 1/2, 1/4, 1/8 scaled images that is at least ``(h, w)`` (no resize afterwards).
+    ``device="cuda"`` decodes on the CPU and copies through pinned memory, non-blocking.
+    """
+    read_mode, dev, want = _read_mode(mode), _device(device), _check_size(size)
+
+    def one(data):
+        img = _decode_one(data, read_mode, apply_exif_orientation, "decode_jpeg", "JPEG", want)
+        return _to_device(img, dev)
+
+    if isinstance(input, (list, tuple)):
+        return _map_batch(one, input, "decode_jpeg")
+    return one(input)
+
+
+def decode_gif(input: torch.Tensor) -> torch.Tensor:
+    """Decode GIF bytes to RGB uint8: [C, H, W] for one frame, [N, C, H, W] for animations."""
+    return _decode_one(input, ImageReadMode.RGB, False, "decode_gif", "GIF")
+
+
+def read_image(path: str | os.PathLike, mode: ImageReadMode | str = ImageReadMode.UNCHANGED,
+               apply_exif_orientation: bool = False) -> torch.Tensor:
+    """Read and decode an image file (JPEG, PNG, GIF, WebP)."""
+    return decode_image(read_file(path), mode, apply_exif_orientation)
+
+
+def _check_image(img: object, op: str, channels: tuple[int, ...],
+                 dtypes: tuple[torch.dtype, ...] = (torch.uint8,)) -> torch.Tensor:
+    if not isinstance(img, torch.Tensor):
+        raise TypeError(f"{op}: input must be a [C, H, W] tensor, got {type(img).__name__}")
+    if img.dtype not in dtypes:
+        raise ValueError(f"{op}: input must have dtype {' or '.join(map(str, dtypes))}, "
+                         f"got {img.dtype}")
+    if img.dim() != 3 or img.shape[0] not in channels:
+        raise ValueError(f"{op}: input must be [C, H, W] with C in {channels}, "
+                         f"got shape {tuple(img.shape)}")
+    if img.shape[1] == 0 or img.shape[2] == 0:
+        raise ValueError(f"{op}: input has an empty side, shape {tuple(img.shape)}")
+    return img.detach().cpu()
+
+
+def _to_pil(img: torch.Tensor) -> Image.Image:
+    if img.dtype == torch.uint16:
+        return Image.fromarray(img[0].contiguous().numpy().astype("<u2"))  # mode I;16
+    hwc = img.permute(1, 2, 0).contiguous().numpy()
+    modes = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
+    return Image.fromarray(hwc[..., 0] if img.shape[0] == 1 else hwc, modes[img.shape[0]])
+
+
+def _bytes_tensor(buffer: io.BytesIO) -> torch.Tensor:
+    return torch.frombuffer(bytearray(buffer.getbuffer()), dtype=torch.uint8)
+
+
+def encode_jpeg(input: torch.Tensor | Sequence[torch.Tensor], quality: int = 75):
+    """Encode uint8 [C, H, W] (C = 1 or 3) as JPEG bytes; a list encodes in parallel."""
+    if isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
+        raise ValueError(f"quality must be an int in [1, 100], got {quality!r}")
+
+    def one(img):
+        pil = _to_pil(_check_image(img, "encode_jpeg", (1, 3)))
+        buffer = io.BytesIO()
+        pil.save(buffer, "JPEG", quality=quality)
+        return _bytes_tensor(buffer)
+
+    if isinstance(input, (list, tuple)):
+        return _map_batch(one, input, "encode_jpeg")
+    return one(input)
+
+
+def encode_png(input: torch.Tensor, compression_level: int = 6) -> torch.Tensor:
+    """Encode [C, H, W] (uint8 with C in 1-4, or uint16 with C = 1) as PNG bytes."""
+    if (isinstance(compression_level, bool) or not isinstance(compression_level, int)
+            or not 0 <= compression_level <= 9):
+        raise ValueError(f"compression_level must be an int in [0, 9], got {compression_level!r}")
+    img = _check_image(input, "encode_png", (1, 2, 3, 4), (torch.uint8, torch.uint16))
+    if img.dtype == torch.uint16 and img.shape[0] != 1:
+        raise ValueError(f"encode_png: uint16 images must have 1 channel, got {img.shape[0]}")
+    buffer = io.BytesIO()
+    _to_pil(img).save(buffer, "PNG", compress_level=compression_level)
+    return _bytes_tensor(buffer)
+
+
+def write_jpeg(input: torch.Tensor, filename: str | os.PathLike, quality: int = 75) -> None:
+    """Encode as JPEG and write to ``filename``."""
+    write_file(filename, encode_jpeg(input, quality))
+
+
+def write_png(input: torch.Tensor, filename: str | os.PathLike, compression_level: int = 6) -> None:
+    """Encode as PNG and write to ``filename``."""
+    write_file(filename, encode_png(input, compression_level))
