@@ -1,0 +1,68 @@
+"""Stateless audio functions with torchaudio.functional's names and semantics."""
+
+from ember.audio.functional.amplitude import gain, mu_law_decoding, mu_law_encoding
+from ember.audio.functional.filtering import (
+    add_noise,
+    allpass_biquad,
+    band_biquad,
+    bandpass_biquad,
+    bandreject_biquad,
+    bass_biquad,
+    biquad,
+    compute_deltas,
+    deemphasis,
+    equalizer_biquad,
+    fftconvolve,
+    highpass_biquad,
+    lfilter,
+    lowpass_biquad,
+    preemphasis,
+    treble_biquad,
+)
+from ember.audio.functional.masking import mask_along_axis, mask_along_axis_iid
+from ember.audio.functional.resampling import resample
+from ember.audio.functional.spectral import (
+    DB_to_amplitude,
+    amplitude_to_DB,
+    create_dct,
+    griffinlim,
+    inverse_spectrogram,
+    linear_fbanks,
+    melscale_fbanks,
+    phase_vocoder,
+    spectrogram,
+)
+
+__all__ = [
+    "DB_to_amplitude",
+    "add_noise",
+    "allpass_biquad",
+    "amplitude_to_DB",
+    "band_biquad",
+    "bandpass_biquad",
+    "bandreject_biquad",
+    "bass_biquad",
+    "biquad",
+    "compute_deltas",
+    "create_dct",
+    "deemphasis",
+    "equalizer_biquad",
+    "fftconvolve",
+    "gain",
+    "griffinlim",
+    "highpass_biquad",
+    "inverse_spectrogram",
+    "lfilter",
+    "linear_fbanks",
+    "lowpass_biquad",
+    "mask_along_axis",
+    "mask_along_axis_iid",
+    "melscale_fbanks",
+    "mu_law_decoding",
+    "mu_law_encoding",
+    "phase_vocoder",
+    "preemphasis",
+    "resample",
+    "spectrogram",
+    "treble_biquad",
+]
