@@ -1,1 +1,34 @@
-"""ember.arrow."""
+"""ember.arrow: a TorchArrow-style DataFrame for ML preprocessing, held in Arrow memory.
+
+``dataframe``/``column`` build frames and columns (dtypes inferred as TorchArrow does),
+operations run through ``pyarrow.compute`` or torch over zero-copy buffer views, and
+``to_tensor`` hands the data to PyTorch without copying where the memory allows.
+"""
+
+from ember.arrow import dtypes, functional
+from ember.arrow.column import Column, column
+from ember.arrow.dataframe import DataFrame, GroupedDataFrame, dataframe
+from ember.arrow.expression import Expression, me
+from ember.arrow.interop import (
+    from_arrow,
+    from_pandas,
+    from_polars,
+    to_arrow,
+    to_pandas,
+    to_pylist,
+)
+from ember.arrow.tensor import (
+    PackedList,
+    PackedMap,
+    PadSequence,
+    WithPresence,
+    from_tensor,
+    to_tensor,
+)
+
+__all__ = [
+    "Column", "DataFrame", "Expression", "GroupedDataFrame", "PackedList", "PackedMap",
+    "PadSequence", "WithPresence", "column", "dataframe", "dtypes", "from_arrow",
+    "from_pandas", "from_polars", "from_tensor", "functional", "me", "to_arrow", "to_pandas",
+    "to_pylist", "to_tensor",
+]
