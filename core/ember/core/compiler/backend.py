@@ -1,0 +1,121 @@
+"""The ``ember`` TorchDynamo backend: AOTAutograd + our decompositions + our graph compiler.
+
+``compile_graph`` runs lower -> schedule -> codegen -> build on one ATen graph and returns a
+boxed callable; on any failure the graph runs eagerly with a logged reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections import Counter
+
+import torch
+from torch.fx import GraphModule
+
+from ember.core.compiler import capture
+from ember.core.compiler.codegen import cpp
+from ember.core.compiler.codegen.wrapper import WrapperBuilder, ctypes_function
+from ember.core.compiler.decompose import decomposition_table
+from ember.core.compiler.ir import Buffer, Extern, StridedView
+from ember.core.compiler.lower import GraphLowering
+from ember.core.compiler.runtime import build
+from ember.core.compiler.schedule import Kernel, schedule
+from ember.core.logs import get_logger
+
+log = get_logger("aot")
+fallback_log = get_logger("fallback")
+output_log = get_logger("output_code")
+codegen_log = get_logger("codegen")
+
+# Process-wide counters: graphs compiled / fallen back, kernels generated.
+stats: Counter = Counter()
+
+
+def _boxed(fn):
+    def call(args):
+        return fn(*args)
+    call._boxed_call = True
+    return call
+
+
+def compile_graph(gm: GraphModule, example_inputs, *, strict: bool = False):
+    """ATen FX graph -> boxed callable running our kernels (eager fallback on failure)."""
+    try:
+        return _compile(gm)
+    except Exception as e:
+        if strict:
+            raise
+        stats["graphs_fallback"] += 1
+        fallback_log.warning("graph runs in eager ATen: %s: %s", type(e).__name__, e)
+        capture.record_fallback(f"<graph: {type(e).__name__}: {e}>")
+        return _boxed(gm.forward)
+
+
+def _compile(gm: GraphModule):
+    g = GraphLowering(gm)
+    g.run()
+    for name in g.fallback_ops:
+        capture.record_fallback(name)
+    buffers: dict[str, Buffer] = {}
+    for b in g.inputs:
+        if isinstance(b, Buffer):
+            buffers[b.name] = b
+    for name, t in g.constants.items():
+        buffers[name] = Buffer(name, t.dtype, list(t.shape), list(t.stride()))
+    for n in g.nodes:
+        for b in (n.outs if isinstance(n, Extern) else [n.buf]):
+            if b is not None:
+                buffers[b.name] = b
+    outputs = {o.buf.name for o in g.outputs if isinstance(o, StridedView)}
+    steps = schedule(g.nodes, outputs)
+    kernels = [s for s in steps if isinstance(s, Kernel)]
+    sources = [cpp.kernel_source(k, buffers) for k in kernels]
+    libs = {}
+    tu = ""
+    if kernels:
+        tu = cpp.translation_unit([s for s, _ in sources])
+        lib = build.load(tu)
+        for k, (_, spec) in zip(kernels, sources):
+            libs[k.name] = (ctypes_function(lib, k.name, spec), spec)
+    src, globs = WrapperBuilder(g.inputs, g.constants, g.outputs).generate(steps, libs)
+    if output_log.isEnabledFor(logging.INFO):
+        output_log.info("generated C++:\n%s\nwrapper:\n%s", tu, src)
+    codegen_log.info("graph: %d IR nodes -> %d kernels, %d externs", len(g.nodes),
+                     len(kernels), len(steps) - len(kernels))
+    exec(compile(src, "<ember wrapper>", "exec"), globs)
+    call = globs["call"]
+    call._boxed_call = True
+    stats["graphs_compiled"] += 1
+    stats["kernels"] += len(kernels)
+    return call
+
+
+def _make_aot(options: dict):
+    from functorch.compile import min_cut_rematerialization_partition
+    from torch._dynamo.backends.common import aot_autograd
+
+    strict = bool(options.get("strict", False))
+    fw = functools.partial(compile_graph, strict=strict)
+
+    def fw_compiler(gm, example_inputs):
+        log.info("forward/inference graph: %d nodes", len(gm.graph.nodes))
+        return fw(gm, example_inputs)
+
+    def bw_compiler(gm, example_inputs):
+        log.info("backward graph: %d nodes", len(gm.graph.nodes))
+        return fw(gm, example_inputs)
+
+    return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                        inference_compiler=fw_compiler,
+                        decompositions=decomposition_table(),
+                        partition_fn=min_cut_rematerialization_partition,
+                        keep_inference_input_mutations=True)
+
+
+def ember_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: str | None = None,
+                  options: dict | None = None):
+    """TorchDynamo backend entry point (``torch.compile(m, backend="ember")``)."""
+    capture.install()
+    capture.record_graph(gm)
+    return _make_aot(options or {})(gm, example_inputs)

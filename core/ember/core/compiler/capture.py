@@ -1,0 +1,76 @@
+"""Capture-stage observability: TorchDynamo's graph breaks and recompiles on our loggers.
+
+Dynamo reports both through its artifact loggers; ``install()`` forwards them to
+``ember.graph_breaks`` / ``ember.recompiles`` when those are enabled. It also keeps the
+record ``explain()`` reads: graphs captured and ops that fell back to eager.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from ember.core.logs import get_logger
+
+_ARTIFACTS = {"graph_breaks": "graph_breaks", "recompiles": "recompiles"}
+_TORCH_LOGGERS = {
+    "graph_breaks": ["torch._dynamo.symbolic_convert.__graph_breaks",
+                     "torch._dynamo.exc.__graph_breaks",
+                     "torch._dynamo.convert_frame.__graph_breaks"],
+    "recompiles": ["torch._dynamo.guards.__recompiles",
+                   "torch._dynamo.convert_frame.__recompiles"],
+}
+_state = threading.local()
+
+
+class _Forward(logging.Handler):
+    def __init__(self, target: logging.Logger):
+        super().__init__(logging.DEBUG)
+        self.target = target
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.target.info("%s", record.getMessage())
+        except Exception:
+            pass
+
+
+def install() -> None:
+    """Forward dynamo's graph-break / recompile messages if our loggers want them."""
+    for ours, names in _TORCH_LOGGERS.items():
+        target = get_logger(ours)
+        enabled = target.isEnabledFor(logging.INFO)
+        for name in names:
+            lg = logging.getLogger(name)
+            handlers = [h for h in lg.handlers if isinstance(h, _Forward)]
+            if enabled and not handlers:
+                lg.addHandler(_Forward(target))
+                lg.setLevel(logging.DEBUG)
+            elif not enabled:
+                for h in handlers:
+                    lg.removeHandler(h)
+
+
+def _record() -> dict | None:
+    return getattr(_state, "record", None)
+
+
+def start_recording() -> dict:
+    _state.record = {"graphs": [], "fallback_ops": []}
+    return _state.record
+
+
+def stop_recording() -> None:
+    _state.record = None
+
+
+def record_graph(gm) -> None:
+    rec = _record()
+    if rec is not None:
+        rec["graphs"].append(gm)
+
+
+def record_fallback(op: str) -> None:
+    rec = _record()
+    if rec is not None and op not in rec["fallback_ops"]:
+        rec["fallback_ops"].append(op)

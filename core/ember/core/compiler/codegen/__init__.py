@@ -1,0 +1,1 @@
+"""Code generators over scheduled kernels: ``cpp`` (C++/OpenMP) and the Python ``wrapper``."""

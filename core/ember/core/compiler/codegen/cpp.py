@@ -1,0 +1,278 @@
+"""C++ code generation: one translation unit per graph, one ``extern "C"`` function per kernel.
+
+The outer loop nest is an OpenMP ``parallel for``; inner loops are ``omp simd`` over the
+contiguous innermost index; kernels without outer loops parallelise their inner loops with
+OpenMP reductions. Sizes are ``int64_t`` arguments, so one build serves every shape.
+"""
+
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+
+from ember.core.compiler import ir
+from ember.core.compiler.prims import CPP_PRELUDE, PRIMS, REDUCTIONS
+from ember.core.compiler.schedule import Kernel
+
+CTYPES = {
+    torch.float32: "float", torch.float64: "double", torch.float16: "_Float16",
+    torch.bfloat16: "uint16_t", torch.int64: "int64_t", torch.int32: "int32_t",
+    torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "bool",
+}
+_INT_LIMITS = {
+    torch.int64: ("(-9223372036854775807LL - 1)", "9223372036854775807LL"),
+    torch.int32: ("(-2147483647 - 1)", "2147483647"), torch.int16: ("-32768", "32767"),
+    torch.int8: ("-128", "127"), torch.uint8: ("0", "255"), torch.bool: ("false", "true"),
+}
+PARALLEL_MIN_WORK = 32768
+
+
+def ctype(dtype: torch.dtype) -> str:
+    return CTYPES[ir.compute_dtype(dtype)]
+
+
+def index_str(e, lang: str = "c") -> str:
+    """Print a non-negative integer index expression as C++ or Python."""
+    e = sympy.sympify(e)
+    if e.is_Integer:
+        return str(int(e))
+    if e.is_Symbol:
+        return e.name
+    if e.is_Add:
+        return "(" + " + ".join(index_str(a, lang) for a in e.args) + ")"
+    if e.is_Mul:
+        num, den = sympy.fraction(e)
+        if den != 1:
+            return index_str(sympy.floor(e), lang)
+        return "(" + " * ".join(index_str(a, lang) for a in e.args) + ")"
+    if e.is_Pow and e.exp.is_Integer and e.exp > 0:
+        return "(" + " * ".join([index_str(e.base, lang)] * int(e.exp)) + ")"
+    div = "//" if lang == "py" else "/"
+    if isinstance(e, sympy.floor):
+        num, den = sympy.fraction(sympy.together(e.args[0]))
+        return f"({index_str(num, lang)} {div} {index_str(den, lang)})"
+    if isinstance(e, sympy.Mod):
+        return f"({index_str(e.args[0], lang)} % {index_str(e.args[1], lang)})"
+    if isinstance(e, (sympy.Max, sympy.Min)):
+        fn = ("max" if isinstance(e, sympy.Max) else "min")
+        if lang == "py":
+            return f"{fn}({', '.join(index_str(a, lang) for a in e.args)})"
+        a = [index_str(x, lang) for x in e.args]
+        out = a[0]
+        for b in a[1:]:
+            cmp = ">" if fn == "max" else "<"
+            out = f"(({out}) {cmp} ({b}) ? ({out}) : ({b}))"
+        return out
+    raise NotImplementedError(f"cannot print index {e!r}")
+
+
+def literal(value, dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "true" if value else "false"
+    if dtype.is_floating_point:
+        suffix = "f" if dtype == torch.float32 else ""
+        if math.isnan(value):
+            return f"static_cast<{ctype(dtype)}>(NAN)"
+        if math.isinf(value):
+            return f"static_cast<{ctype(dtype)}>({'-' if value < 0 else ''}INFINITY)"
+        return f"{float(value)!r}{suffix}"
+    if dtype == torch.int64:
+        return f"static_cast<int64_t>({int(value)}LL)" if value < 0 else f"{int(value)}LL"
+    return f"static_cast<{ctype(dtype)}>({int(value)})"
+
+
+class _Body:
+    """Emits statements with common-subexpression elimination and nested scopes."""
+
+    def __init__(self, kernel_bufs: dict):
+        self.lines: list[str] = []
+        self.memo: dict = {}
+        self.depth = 1
+        self.count = 0
+        self.bufs = kernel_bufs
+
+    def line(self, s: str) -> None:
+        self.lines.append("  " * self.depth + s)
+
+    def open(self, s: str) -> dict:
+        self.line(s + " {")
+        self.depth += 1
+        return dict(self.memo)
+
+    def close(self, saved: dict) -> None:
+        self.depth -= 1
+        self.line("}")
+        self.memo = saved
+
+    def expr(self, e) -> str:
+        if e in self.memo:
+            return self.memo[e]
+        kind, dt = e[0], e[1]
+        if kind == "const":
+            return literal(e[2], dt)
+        if kind == "var":
+            return e[2]
+        if kind == "load":
+            store = self.bufs[e[2]].dtype
+            ref = f"{e[2]}[{index_str(e[3])}]"
+            if store == torch.bfloat16:
+                s = f"e_bf16_to_f({ref})"
+            elif store == torch.float16:
+                s = f"static_cast<float>({ref})"
+            else:
+                s = ref
+        elif kind == "index":
+            s = f"static_cast<{ctype(dt)}>({index_str(e[2])})"
+        elif kind == "cast":
+            s = f"static_cast<{ctype(dt)}>({self.expr(e[2])})"
+        else:
+            _, _, template = PRIMS[e[2]]
+            args = [self.expr(a) for a in e[3:]]
+            operand_t = ctype(e[3][1]) if e[2] in ("maximum", "minimum", "remainder") else \
+                ctype(dt)
+            s = template.format(*args, T=operand_t)
+        self.count += 1
+        name = f"t{self.count}"
+        self.line(f"{ctype(dt)} {name} = {s};")
+        self.memo[e] = name
+        return name
+
+
+def _store(buf, index, value: str) -> str:
+    if buf.dtype == torch.bfloat16:
+        value = f"e_f_to_bf16({value})"
+    else:
+        value = f"static_cast<{CTYPES[buf.dtype]}>({value})"
+    return f"{buf.name}[{index_str(index)}] = {value};"
+
+
+def _init(rtype: str, dt: torch.dtype) -> str:
+    _, init = REDUCTIONS[rtype]
+    if rtype in ("max", "min") and not dt.is_floating_point:
+        lo, hi = _INT_LIMITS[dt]
+        return lo if rtype == "max" else hi
+    return literal(init, dt)
+
+
+def _static(e):
+    e = sympy.sympify(e)
+    return int(e) if e.is_Integer else None
+
+
+def kernel_source(k: Kernel, buffers: dict) -> tuple[str, list]:
+    """C++ source of one kernel and its argument list: ("buf", name) / ("sym", symbol)."""
+    xs = ir.index_vars("x", len(k.outer))
+    loop_syms = set(xs)
+    read, free = set(), set()
+    for st in k.stages:
+        loop_syms |= set(ir.index_vars("r", len(st.rsizes)))
+        for s in st.rsizes:
+            free |= sympy.sympify(s).free_symbols
+        for it in st.items:
+            for x in ir.walk(it.expr):
+                if x[0] == "load":
+                    read.add(x[2])
+                    free |= x[3].free_symbols
+                elif x[0] == "index":
+                    free |= x[2].free_symbols
+            if it.index is not None:
+                free |= sympy.sympify(it.index).free_symbols
+    for s in k.outer:
+        free |= sympy.sympify(s).free_symbols
+    free -= loop_syms
+    stored = [b.name for b in k.outputs]
+    bufs = sorted(read - set(stored)) + stored
+    syms = sorted(free, key=lambda s: s.name)
+    params = [f"const {CTYPES[buffers[b].dtype]}* __restrict__ {b}" for b in sorted(
+        read - set(stored))]
+    params += [f"{CTYPES[buffers[b].dtype]}* __restrict__ {b}" for b in stored]
+    params += [f"int64_t {s.name}" for s in syms]
+    body = _Body(buffers)
+
+    outer_n = ir.numel(k.outer)
+    inner_n = sum((ir.numel(st.rsizes) for st in k.stages), sympy.Integer(0))
+    work = outer_n * (inner_n if inner_n != 0 else 1)
+    static_work = _static(work)
+    cond = "" if static_work is not None else f" if({index_str(work)} >= {PARALLEL_MIN_WORK})"
+    par = static_work is None or static_work >= PARALLEL_MIN_WORK
+    outer_parallel = bool(k.outer) and par and _static(outer_n) != 1
+    saved_outer = []
+    if k.outer:
+        if outer_parallel:
+            body.line(f"#pragma omp parallel for collapse({len(k.outer)}){cond}")
+        for x, s in zip(xs, k.outer):
+            saved_outer.append(body.open(f"for (int64_t {x} = 0; {x} < {index_str(s)}; ++{x})"))
+    inner_parallel = par and not outer_parallel
+    for st in k.stages:
+        _emit_stage(body, st, buffers, k.stored, inner_parallel, cond)
+    for saved in reversed(saved_outer):
+        body.close(saved)
+    src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + "\n}\n"
+    return src, [("buf", b) for b in bufs] + [("sym", s) for s in syms]
+
+
+def _emit_stage(body: _Body, st, buffers, stored, inner_parallel: bool, cond: str) -> None:
+    reds = [it for it in st.items if it.kind == "reduce"]
+    if st.kind == "scalar":
+        for it in st.items:
+            v = body.expr(it.expr)
+            if it.node.buf.name in stored:
+                body.line(_store(it.node.buf, it.index, v))
+        return
+    clauses = []
+    for it in reds:
+        dt = it.node.acc_dtype
+        body.line(f"{ctype(dt)} {it.var} = {_init(it.node.rtype, dt)};")
+        clauses.append(f"reduction({REDUCTIONS[it.node.rtype][0]}:{it.var})")
+        if it.node.rtype in ("max", "min") and dt.is_floating_point:
+            body.line(f"bool {it.var}_nan = false;")
+            clauses.append(f"reduction(|:{it.var}_nan)")
+    red = (" " + " ".join(clauses)) if clauses else ""
+    rs = ir.index_vars("r", len(st.rsizes))
+    saved = []
+    for d, (r, s) in enumerate(zip(rs, st.rsizes)):
+        innermost = d == len(rs) - 1
+        if d == 0 and inner_parallel:
+            simd = " simd" if innermost else ""
+            body.line(f"#pragma omp parallel for{simd}{red}{cond}")
+        elif innermost:
+            body.line(f"#pragma omp simd{red}")
+        saved.append(body.open(f"for (int64_t {r} = 0; {r} < {index_str(s)}; ++{r})"))
+    for it in st.items:
+        v = body.expr(it.expr)
+        if it.kind == "store":
+            if it.node.buf.name in stored:
+                body.line(_store(it.node.buf, it.index, v))
+            continue
+        rtype, acc = it.node.rtype, it.var
+        if rtype == "sum":
+            body.line(f"{acc} += {v};")
+        elif rtype == "prod":
+            body.line(f"{acc} *= {v};")
+        elif rtype == "any":
+            body.line(f"{acc} = {acc} | {v};")
+        else:
+            cmp = ">" if rtype == "max" else "<"
+            body.line(f"{acc} = ({v} {cmp} {acc}) ? {v} : {acc};")
+            if it.node.acc_dtype.is_floating_point:
+                body.line(f"{acc}_nan |= ({v} != {v});")
+    for s in reversed(saved):
+        body.close(s)
+    for it in reds:
+        dt = it.node.acc_dtype
+        if it.node.rtype in ("max", "min") and dt.is_floating_point:
+            body.line(f"if ({it.var}_nan) {it.var} = static_cast<{ctype(dt)}>(NAN);")
+        if it.node.buf.name in stored:
+            flat = _flat_outer(len(it.node.buf.size), it.node.buf.size)
+            body.line(_store(it.node.buf, flat, it.var))
+
+
+def _flat_outer(n: int, size) -> object:
+    xs = ir.index_vars("x", n)
+    return sum((v * s for v, s in zip(xs, ir.contiguous_strides(size))), sympy.Integer(0))
+
+
+def translation_unit(kernels: list[str]) -> str:
+    return CPP_PRELUDE + "\n" + "\n".join(kernels)

@@ -1,0 +1,184 @@
+"""The Python wrapper of a compiled graph: binds sizes, allocates, calls kernels and externs.
+
+It is generated as Python source (printed by ``EMBER_LOGS=output_code``) and exec'd; kernels
+are called through ctypes with data pointers and int64 sizes. Dead buffers of the same
+layout are reused for later kernel outputs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import sympy
+import torch
+
+from ember.core.compiler.codegen.cpp import index_str
+from ember.core.compiler.ir import Buffer, Extern, StridedView, Unsupported
+from ember.core.compiler.schedule import Kernel
+
+
+def _fix_strides(t: torch.Tensor, size: tuple, stride: tuple) -> torch.Tensor:
+    """Return ``t`` laid out with ``stride`` (a copy only when a real dim disagrees)."""
+    if t.stride() == stride:
+        return t
+    if all(s == 1 or a == b for s, a, b in zip(size, t.stride(), stride)):
+        return t
+    out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+def _py(e) -> str:
+    return index_str(e, "py")
+
+
+def _tup(xs) -> str:
+    return "(" + "".join(_py(x) + ", " for x in xs) + ")"
+
+
+class WrapperBuilder:
+    """Generates ``call(args)`` for one graph."""
+
+    def __init__(self, inputs: list, constants: dict, outputs: list):
+        self.inputs, self.constants, self.outputs = inputs, constants, outputs
+        self.lines: list[str] = []
+        self.globals: dict = {"torch": torch, "_fix": _fix_strides,
+                              "_empty": torch.empty_strided}
+        self.bound: set = set()
+
+    def _const(self, value) -> str:
+        name = f"c{len(self.globals)}"
+        self.globals[name] = value
+        return name
+
+    def _bind(self) -> None:
+        for pos, inp in enumerate(self.inputs):
+            if isinstance(inp, Buffer):
+                self.lines.append(f"{inp.name} = args[{pos}]")
+                for d, (s, st) in enumerate(zip(inp.size, inp.stride)):
+                    for e, what in ((s, "size"), (st, "stride")):
+                        if isinstance(e, sympy.Symbol) and e not in self.bound:
+                            self.lines.append(f"{e.name} = {inp.name}.{what}({d})")
+                            self.bound.add(e)
+            elif isinstance(inp, sympy.Symbol) and inp not in self.bound:
+                self.lines.append(f"{inp.name} = args[{pos}]")
+                self.bound.add(inp)
+        for inp in self.inputs:
+            if isinstance(inp, Buffer) and inp.size:
+                self._need(inp.size + inp.stride)
+                self.lines.append(f"{inp.name} = _fix({inp.name}, {_tup(inp.size)}, "
+                                  f"{_tup(inp.stride)})")
+        for name, t in self.constants.items():
+            self.globals[name] = t
+
+    def _need(self, exprs) -> None:
+        for e in exprs:
+            missing = sympy.sympify(e).free_symbols - self.bound
+            if missing:
+                raise Unsupported(f"size symbols {sorted(map(str, missing))} are not bound "
+                                  f"by any input")
+
+    def _arg(self, a) -> str:
+        if isinstance(a, StridedView):
+            if a.is_natural():
+                return a.buf.name
+            self._need(a.size + a.stride + [a.offset])
+            return (f"torch.as_strided({a.buf.name}, {_tup(a.size)}, {_tup(a.stride)}, "
+                    f"{_py(a.offset)})")
+        if isinstance(a, sympy.Expr):
+            self._need([a])
+            return _py(a) if a.is_integer else f"float({_py(a)})"
+        if isinstance(a, (list, tuple)):
+            inner = "".join(self._arg(x) + ", " for x in a)
+            return f"[{inner}]" if isinstance(a, list) else f"({inner})"
+        if a is None or isinstance(a, (bool, int, str)):
+            return repr(a)
+        if isinstance(a, float):
+            return repr(a) if a == a and abs(a) != float("inf") else self._const(a)
+        return self._const(a)
+
+    def generate(self, steps: list, libs: dict) -> tuple[str, dict]:
+        self._bind()
+        last_use: dict[str, int] = {}
+        for i, step in enumerate(steps):
+            names = ([b.name for b in step.reads] if isinstance(step, Extern) else
+                     list(_kernel_args(libs, step)))
+            for n in names:
+                last_use[n] = i
+        out_names = {o.buf.name for o in self.outputs if isinstance(o, StridedView)}
+        pool: dict[str, list[str]] = {}
+        reusable: set[str] = set()
+        for i, step in enumerate(steps):
+            if isinstance(step, Extern):
+                self._extern(step)
+                aliasing = any(r.alias_info is not None for r in step.op._schema.returns)
+                if aliasing:
+                    reusable -= {b.name for b in step.reads}
+            else:
+                fn, arg_spec = libs[step.name]
+                for b in step.outputs:
+                    self._need(b.size + b.stride)
+                    key = f"{_tup(b.size)}{_tup(b.stride)}{b.dtype}"
+                    if pool.get(key):
+                        self.lines.append(f"{b.name} = {pool[key].pop()}  # reuse")
+                    else:
+                        self.lines.append(f"{b.name} = _empty({_tup(b.size)}, "
+                                          f"{_tup(b.stride)}, dtype={b.dtype})")
+                    if b.name not in out_names:
+                        reusable.add(b.name)
+                self.globals[step.name] = fn
+                args = [f"{v}.data_ptr()" if kind == "buf" else _py(v) for kind, v in arg_spec]
+                for kind, v in arg_spec:
+                    if kind == "sym":
+                        self._need([v])
+                self.lines.append(f"{step.name}({', '.join(args)})")
+            for n, last in last_use.items():
+                if last == i and n in reusable:
+                    b = self._buffer(steps, n)
+                    key = f"{_tup(b.size)}{_tup(b.stride)}{b.dtype}"
+                    pool.setdefault(key, []).append(n)
+                    reusable.discard(n)
+        rets = []
+        for o in self.outputs:
+            rets.append("None" if o is None else self._arg(o))
+        self.lines.append(f"return [{', '.join(rets)}]")
+        src = "def call(args):\n" + "\n".join("    " + ln for ln in self.lines) + "\n"
+        return src, self.globals
+
+    @staticmethod
+    def _buffer(steps, name):
+        for s in steps:
+            if isinstance(s, Kernel):
+                for b in s.outputs:
+                    if b.name == name:
+                        return b
+        raise KeyError(name)
+
+    def _extern(self, step: Extern) -> None:
+        op = self._const(step.op)
+        kwargs = ", ".join(f"{k!r}: {self._arg(v)}" for k, v in step.kwargs.items())
+        call = f"{op}(*{self._arg(tuple(step.args))}, **{{{kwargs}}})"
+        outs = [b for b in step.outs]
+        if step.out_tree == "single":
+            self.lines.append(f"{outs[0].name} = {call}")
+        else:
+            self.lines.append(f"_r = {call}")
+            for k, b in enumerate(outs):
+                if b is not None:
+                    self.lines.append(f"{b.name} = _r[{k}]")
+        for b in outs:
+            if b is not None and b.size:
+                self._need(b.size + b.stride)
+                self.lines.append(f"{b.name} = _fix({b.name}, {_tup(b.size)}, {_tup(b.stride)})")
+
+
+def _kernel_args(libs, k: Kernel):
+    _, spec = libs[k.name]
+    return [v for kind, v in spec if kind == "buf"]
+
+
+def ctypes_function(lib: ctypes.CDLL, name: str, spec: list):
+    fn = getattr(lib, name)
+    fn.argtypes = [ctypes.c_void_p if kind == "buf" else ctypes.c_int64 for kind, _ in spec]
+    fn.restype = None
+    return fn

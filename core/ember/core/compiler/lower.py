@@ -1,0 +1,744 @@
+"""Lowering: an ATen/prims FX graph -> loop IR (Pointwise, Reduction, Extern nodes).
+
+``LOWERINGS`` maps ATen overload packets to functions building IR values; views become
+strided windows or index maps (no copy), pointwise ops stay lazy and are inlined into
+their readers, reductions and externs produce buffers. Anything else becomes an eager
+fallback node (logged once per op on ``ember.fallback``).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+
+import sympy
+import torch
+from torch.fx import GraphModule
+from torch.fx import Node as FxNode
+
+from ember.core.compiler import ir
+from ember.core.compiler.ir import (
+    Buffer,
+    Extern,
+    Lazy,
+    Pointwise,
+    Reduction,
+    StridedView,
+    TensorValue,
+    Unsupported,
+    cast,
+    compute_dtype,
+    const,
+    contiguous_strides,
+    op,
+)
+from ember.core.compiler.prims import PRIMS
+from ember.core.logs import get_logger
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+_fallback_log = get_logger("fallback")
+_lower_log = get_logger("lower")
+_logged_fallbacks: set[str] = set()
+
+# Ops that are expected to run in ATen (no fallback warning): matmuls, convs, sorting,
+# indexing, random numbers and a few data-movement ops.
+EXTERN_OPS = {
+    aten.mm, aten.bmm, aten.addmm, aten.baddbmm, aten.convolution, aten.convolution_backward,
+    aten.sort, aten.topk, aten.embedding, aten.embedding_dense_backward, aten.index,
+    aten.index_select, aten.gather, aten.scatter, aten.scatter_add, aten.index_put,
+    aten.cat, aten.constant_pad_nd, aten.max_pool2d_with_indices,
+    aten.max_pool2d_with_indices_backward, aten.avg_pool2d, aten.avg_pool2d_backward,
+    aten._adaptive_avg_pool2d, aten._adaptive_avg_pool2d_backward, aten.rand, aten.randn,
+    aten.rand_like, aten.randn_like, aten.bernoulli, aten.native_dropout, aten.argmax,
+    aten.argmin, aten.max, aten.min, aten.cumsum, aten.scaled_dot_product_attention,
+    aten._scaled_dot_product_flash_attention_for_cpu, aten.randint, aten.randperm,
+}
+LOWERINGS: dict = {}
+
+
+def register(*ops):
+    def deco(fn):
+        for o in ops:
+            LOWERINGS[o] = fn
+        return fn
+    return deco
+
+
+def sym(v):
+    """An int / SymInt / sympy value as a sympy expression."""
+    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return v.node.expr
+    if isinstance(v, bool):
+        return sympy.true if v else sympy.false
+    if isinstance(v, int):
+        return sympy.Integer(v)
+    return v
+
+
+def meta_val(node: FxNode):
+    return node.meta.get("val")
+
+
+def _scalar_expr(v, dtype: torch.dtype) -> ir.Expr:
+    if isinstance(v, sympy.Expr) and not v.is_number:
+        return cast(("index", torch.int64, v), dtype)
+    if isinstance(v, sympy.Expr):
+        v = float(v) if not v.is_integer else int(v)
+    return const(v, dtype)
+
+
+def bload(x, size: Sequence, index: Sequence, dtype: torch.dtype) -> ir.Expr:
+    """Load ``x`` broadcast to ``size`` at ``index``, cast to ``dtype``'s compute type."""
+    if not isinstance(x, TensorValue):
+        return _scalar_expr(x, dtype)
+    off = len(size) - len(x.size)
+    idx = [sympy.Integer(0) if (s == 1 and size[off + i] != 1) else index[off + i]
+           for i, s in enumerate(x.size)]
+    return cast(x.load(idx), dtype)
+
+
+def _proto(x):
+    """A stand-in for torch.result_type: 0-dim tensors and scalars promote weakly."""
+    if isinstance(x, TensorValue):
+        return torch.empty([0] if x.size else [], dtype=x.dtype)
+    if isinstance(x, sympy.Expr):
+        return 1 if x.is_integer else 1.0
+    return x
+
+
+def result_type(*xs) -> torch.dtype:
+    protos = [_proto(x) for x in xs]
+    if len(protos) == 1:
+        p = protos[0]
+        return p.dtype if isinstance(p, torch.Tensor) else torch.tensor(p).dtype
+    out = torch.result_type(protos[0], protos[1])
+    for p in protos[2:]:
+        out = torch.promote_types(out, torch.result_type(p, torch.empty([], dtype=out)))
+    return out
+
+
+class Ctx:
+    """Per-node context handed to lowerings: the FX node and the graph being built."""
+
+    def __init__(self, graph: GraphLowering, node: FxNode):
+        self.graph, self.node = graph, node
+        self.val = meta_val(node)
+
+    @property
+    def size(self) -> list:
+        return [sym(s) for s in self.val.shape]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.val.dtype
+
+
+def pointwise(ctx: Ctx, name: str, *args) -> Lazy:
+    arity, kind, _ = PRIMS[name]
+    out_dtype, size = ctx.dtype, ctx.size
+    if kind == "compare":
+        cdt = compute_dtype(result_type(*args))
+    elif kind == "logical":
+        cdt = torch.bool
+    elif kind == "bitwise":
+        cdt = out_dtype
+        if out_dtype.is_floating_point:
+            raise Unsupported("bitwise op on floats")
+    elif kind == "math" and not compute_dtype(out_dtype).is_floating_point:
+        if name in ("floor", "ceil", "trunc", "round"):
+            return Lazy(out_dtype, size, lambda i: bload(args[0], size, i, out_dtype))
+        raise Unsupported(f"{name} with integer result")
+    else:
+        cdt = compute_dtype(out_dtype)
+    rdt = torch.bool if kind in ("compare", "logical") else cdt
+
+    if kind == "select":
+        def fn(i):
+            return cast(op(name, cdt, bload(args[0], size, i, torch.bool),
+                           bload(args[1], size, i, cdt), bload(args[2], size, i, cdt)),
+                        out_dtype)
+    else:
+        def fn(i):
+            return cast(op(name, rdt, *(bload(a, size, i, cdt) for a in args[:arity])),
+                        out_dtype)
+    return Lazy(out_dtype, size, fn)
+
+
+def _simple(name: str):
+    return lambda ctx, *args, **_kw: pointwise(ctx, name, *args)
+
+
+_SIMPLE = {
+    "add": [aten.add, prims.add], "sub": [aten.sub, prims.sub], "mul": [aten.mul, prims.mul],
+    "truediv": [prims.div], "neg": [aten.neg, prims.neg], "abs": [aten.abs, prims.abs],
+    "maximum": [aten.maximum, prims.maximum], "minimum": [aten.minimum, prims.minimum],
+    "sign": [aten.sign, prims.sign], "exp": [aten.exp, prims.exp], "exp2": [aten.exp2],
+    "expm1": [aten.expm1, prims.expm1], "log": [aten.log, prims.log],
+    "log2": [aten.log2, prims.log2], "log10": [aten.log10], "log1p": [aten.log1p],
+    "sqrt": [aten.sqrt, prims.sqrt], "rsqrt": [aten.rsqrt, prims.rsqrt],
+    "reciprocal": [aten.reciprocal, prims.reciprocal], "sigmoid": [aten.sigmoid],
+    "sin": [aten.sin, prims.sin], "cos": [aten.cos, prims.cos], "tan": [aten.tan],
+    "asin": [aten.asin], "acos": [aten.acos], "atan": [aten.atan], "sinh": [aten.sinh],
+    "cosh": [aten.cosh], "tanh": [aten.tanh, prims.tanh], "asinh": [aten.asinh],
+    "acosh": [aten.acosh], "atanh": [aten.atanh], "erf": [aten.erf, prims.erf],
+    "erfc": [aten.erfc], "floor": [aten.floor, prims.floor], "ceil": [aten.ceil],
+    "trunc": [aten.trunc, prims.trunc], "round": [aten.round], "atan2": [aten.atan2],
+    "fmod": [aten.fmod], "remainder": [aten.remainder], "isnan": [aten.isnan],
+    "eq": [aten.eq, prims.eq], "ne": [aten.ne, prims.ne], "lt": [aten.lt, prims.lt],
+    "le": [aten.le, prims.le], "gt": [aten.gt, prims.gt], "ge": [aten.ge, prims.ge],
+    "logical_and": [aten.logical_and], "logical_or": [aten.logical_or],
+    "logical_xor": [aten.logical_xor], "logical_not": [aten.logical_not],
+    "bitwise_and": [aten.bitwise_and], "bitwise_or": [aten.bitwise_or],
+    "bitwise_xor": [aten.bitwise_xor], "bitwise_not": [aten.bitwise_not],
+    "where": [aten.where, prims.where], "isinf": [aten.isinf],
+}
+for _name, _ops in _SIMPLE.items():
+    register(*_ops)(_simple(_name))
+
+
+def _int_out(ctx: Ctx, name: str):
+    if not compute_dtype(ctx.dtype).is_floating_point:
+        raise Unsupported(f"integer {name} (division by zero semantics)")
+
+
+@register(aten.fmod, aten.remainder)
+def _fmod(ctx, a, b):
+    _int_out(ctx, "fmod/remainder")
+    return pointwise(ctx, "fmod" if ctx.node.target._overloadpacket is aten.fmod
+                     else "remainder", a, b)
+
+
+@register(aten.add, aten.sub)
+def _add(ctx, a, b, *, alpha=1):
+    name = "add" if ctx.node.target._overloadpacket is aten.add else "sub"
+    if alpha != 1:
+        b = pointwise(_with_dtype(ctx, result_type(b, alpha)), "mul", b, alpha)
+    return pointwise(ctx, name, a, b)
+
+
+class _DtypeCtx(Ctx):
+    def __init__(self, ctx: Ctx, dtype, size=None):
+        self.graph, self.node, self.val = ctx.graph, ctx.node, ctx.val
+        self._dtype, self._size = dtype, size
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    @property
+    def size(self):
+        return self._size if self._size is not None else [sym(s) for s in self.val.shape]
+
+
+def _with_dtype(ctx, dtype, size=None):
+    return _DtypeCtx(ctx, dtype, size)
+
+
+@register(aten.div)
+def _div(ctx, a, b, *, rounding_mode=None):
+    if rounding_mode is None:
+        return pointwise(ctx, "truediv", a, b)
+    _int_out(ctx, "division")
+    return pointwise(ctx, "floordiv" if rounding_mode == "floor" else "truncdiv", a, b)
+
+
+@register(aten.pow, prims.pow)
+def _pow(ctx, a, b):
+    if not compute_dtype(ctx.dtype).is_floating_point:
+        raise Unsupported("integer pow")
+    if not isinstance(b, TensorValue) and not isinstance(a, TensorValue):
+        raise Unsupported("scalar pow")
+    if not isinstance(b, TensorValue) and float(b) == 2.0:
+        return pointwise(ctx, "mul", a, a)
+    if not isinstance(b, TensorValue) and float(b) == 0.5:
+        return pointwise(ctx, "sqrt", a)
+    return pointwise(ctx, "pow", a, b)
+
+
+@register(aten.relu)
+def _relu(ctx, a):
+    return pointwise(ctx, "maximum", a, 0)
+
+
+@register(aten.clamp, aten.clamp_min, aten.clamp_max)
+def _clamp(ctx, x, lo=None, hi=None):
+    target = ctx.node.target._overloadpacket
+    if target is aten.clamp_max:
+        lo, hi = None, lo
+    out = x
+    if lo is not None:
+        out = pointwise(ctx, "maximum", out, lo)
+    if hi is not None:
+        out = pointwise(ctx, "minimum", out, hi)
+    return out
+
+
+@register(prims.convert_element_type, aten._to_copy, aten.clone, aten.alias,
+          aten.lift_fresh_copy, aten._conj, aten.positive)
+def _convert(ctx, x, *args, **kwargs):
+    if ctx.val.device.type != "cpu" or kwargs.get("layout") not in (None, torch.strided):
+        raise Unsupported("device or layout change")
+    if not isinstance(x, TensorValue):
+        raise Unsupported("scalar conversion")
+    dtype, size = ctx.dtype, ctx.size
+    if ctx.node.target._overloadpacket in (aten.alias,) and isinstance(x, StridedView):
+        return x
+    return Lazy(dtype, size, lambda i: cast(x.load(i), dtype))
+
+
+@register(aten.copy)
+def _copy(ctx, dst, src, non_blocking=False):
+    dtype, size = ctx.dtype, ctx.size
+    return Lazy(dtype, size, lambda i: bload(src, size, i, dtype))
+
+
+@register(aten.full, aten.scalar_tensor, aten.full_like, aten.empty, aten.empty_like,
+          aten.empty_permuted, aten.empty_strided, aten.zeros, aten.ones, aten.zeros_like,
+          aten.ones_like)
+def _full(ctx, *args, **_kwargs):
+    packet = ctx.node.target._overloadpacket
+    if ctx.val.device.type != "cpu":
+        raise Unsupported("non-CPU factory")
+    if packet in (aten.full, aten.full_like):
+        value = args[1]
+    elif packet is aten.scalar_tensor:
+        value = args[0]
+    elif packet in (aten.ones, aten.ones_like):
+        value = 1
+    else:
+        value = 0  # empty tensors: any content is valid
+    dtype, size = ctx.dtype, ctx.size
+    return Lazy(dtype, size, lambda i: _scalar_expr(value, dtype))
+
+
+@register(aten.arange, prims.iota)
+def _arange(ctx, *args, **kwargs):
+    packet = ctx.node.target._overloadpacket
+    if packet is prims.iota:
+        start, step = kwargs["start"], kwargs["step"]
+    elif len(args) == 1:
+        start, step = 0, 1
+    else:
+        start, step = args[0], (args[2] if len(args) > 2 else kwargs.get("step", 1))
+    if ctx.dtype.is_floating_point and any(isinstance(v, float) for v in (start, step)):
+        dtype = ctx.dtype
+        return Lazy(dtype, ctx.size, lambda i: op(
+            "add", dtype, const(start, dtype),
+            op("mul", dtype, cast(("index", torch.int64, i[0]), dtype), const(step, dtype))))
+    expr_start, expr_step = sym(int(start)) if not isinstance(start, sympy.Expr) else start, \
+        sym(int(step)) if not isinstance(step, sympy.Expr) else step
+    dtype = ctx.dtype
+    return Lazy(dtype, ctx.size,
+                lambda i: cast(("index", torch.int64, expr_start + i[0] * expr_step), dtype))
+
+
+# ---------------------------------------------------------------- views (index maps)
+
+def _norm_dim(d: int, n: int) -> int:
+    return d + n if d < 0 else d
+
+
+@register(aten.permute, prims.transpose)
+def _permute(ctx, x, dims):
+    dims = [_norm_dim(d, len(x.size)) for d in dims]
+    if isinstance(x, StridedView):
+        return StridedView(x.buf, [x.size[d] for d in dims], [x.stride[d] for d in dims],
+                           x.offset)
+    inv = [0] * len(dims)
+    for k, d in enumerate(dims):
+        inv[d] = k
+    return Lazy(x.dtype, [x.size[d] for d in dims], lambda i: x.load([i[inv[j]] for j in
+                                                                      range(len(dims))]))
+
+
+@register(aten.t)
+def _t(ctx, x):
+    return _permute(ctx, x, list(range(len(x.size)))[::-1])
+
+
+@register(aten.transpose)
+def _transpose(ctx, x, d0, d1):
+    dims = list(range(len(x.size)))
+    d0, d1 = _norm_dim(d0, len(dims)), _norm_dim(d1, len(dims))
+    dims[d0], dims[d1] = dims[d1], dims[d0]
+    return _permute(ctx, x, dims)
+
+
+@register(aten.expand, prims.broadcast_in_dim)
+def _expand(ctx, x, shape, bdims=None, **_kw):
+    size = ctx.size
+    n = len(size)
+    if bdims is None:
+        bdims = list(range(n - len(x.size), n))
+    if isinstance(x, StridedView):
+        stride = [sympy.Integer(0)] * n
+        for k, d in enumerate(bdims):
+            stride[d] = x.stride[k] if x.size[k] == size[d] or x.size[k] != 1 else 0
+        return StridedView(x.buf, size, stride, x.offset)
+
+    def fn(i):
+        return x.load([sympy.Integer(0) if (x.size[k] == 1 and size[d] != 1) else i[d]
+                       for k, d in enumerate(bdims)])
+    return Lazy(x.dtype, size, fn)
+
+
+@register(aten.unsqueeze)
+def _unsqueeze(ctx, x, dim):
+    dim = _norm_dim(dim, len(x.size) + 1)
+    if isinstance(x, StridedView):
+        return StridedView(x.buf, x.size[:dim] + [sympy.Integer(1)] + x.size[dim:],
+                           x.stride[:dim] + [sympy.Integer(0)] + x.stride[dim:], x.offset)
+    return Lazy(x.dtype, ctx.size, lambda i: x.load(list(i[:dim]) + list(i[dim + 1:])))
+
+
+@register(aten.squeeze, prims.squeeze)
+def _squeeze(ctx, x, dims=None):
+    n = len(x.size)
+    if dims is None:
+        dims = [d for d in range(n) if x.size[d] == 1]
+    elif isinstance(dims, int):
+        dims = [dims]
+    dims = {_norm_dim(d, n) for d in dims if x.size[_norm_dim(d, n)] == 1}
+    keep = [d for d in range(n) if d not in dims]
+    if isinstance(x, StridedView):
+        return StridedView(x.buf, [x.size[d] for d in keep], [x.stride[d] for d in keep],
+                           x.offset)
+
+    def fn(i):
+        full, it = [], iter(i)
+        for d in range(n):
+            full.append(sympy.Integer(0) if d in dims else next(it))
+        return x.load(full)
+    return Lazy(x.dtype, [x.size[d] for d in keep], fn)
+
+
+@register(aten.slice)
+def _slice(ctx, x, dim=0, start=None, end=None, step=1):
+    dim = _norm_dim(dim, len(x.size))
+    size = ctx.size
+    start = sym(start or 0)
+    if isinstance(start, sympy.Expr) and start.is_number and start < 0:
+        start = start + x.size[dim]
+    if not (start.is_number and start >= 0 and size[dim].is_number) and start != 0:
+        # symbolic start: trust torch's clamped output size, compute start from the end
+        start = sympy.Max(0, sympy.Min(start, x.size[dim]))
+    if start.is_number and x.size[dim].is_number:
+        start = min(int(start), int(x.size[dim]))
+    start = sym(start)
+    if isinstance(x, StridedView):
+        stride = list(x.stride)
+        stride[dim] = stride[dim] * step
+        return StridedView(x.buf, size, stride, x.offset + start * x.stride[dim])
+    return Lazy(x.dtype, size, lambda i: x.load(
+        [i[k] * step + start if k == dim else i[k] for k in range(len(i))]))
+
+
+@register(aten.select)
+def _select(ctx, x, dim, index):
+    dim = _norm_dim(dim, len(x.size))
+    index = sym(index)
+    if index.is_number and index < 0:
+        index = index + x.size[dim]
+    if isinstance(x, StridedView):
+        return StridedView(x.buf, x.size[:dim] + x.size[dim + 1:],
+                           x.stride[:dim] + x.stride[dim + 1:], x.offset + index * x.stride[dim])
+    return Lazy(x.dtype, ctx.size, lambda i: x.load(list(i[:dim]) + [index] + list(i[dim:])))
+
+
+@register(aten.as_strided)
+def _as_strided(ctx, x, size, stride, storage_offset=None):
+    x = ctx.graph.realize(x)
+    if not x.is_natural():
+        raise Unsupported("as_strided of a view")
+    off = sym(storage_offset) if storage_offset is not None else sympy.Integer(0)
+    return StridedView(x.buf, [sym(s) for s in size], [sym(s) for s in stride], off)
+
+
+@register(aten.view, aten._unsafe_view, aten.reshape, prims.reshape, aten.view_copy)
+def _view(ctx, x, *_shape):
+    size = ctx.size
+    if ctx.dtype != x.dtype:
+        raise Unsupported("view as another dtype")
+    old = [s for s in x.size if s != 1]
+    new = [s for s in size if s != 1]
+    if ir.same_sizes(old, new):  # only size-1 dims change: a pure index map
+        if isinstance(x, StridedView):
+            it = iter([st for s, st in zip(x.size, x.stride) if s != 1])
+            stride = [sympy.Integer(0) if s == 1 else next(it) for s in size]
+            return StridedView(x.buf, size, stride, x.offset)
+
+        def fn(i):
+            it = iter([ik for ik, s in zip(i, size) if s != 1])
+            return x.load([sympy.Integer(0) if s == 1 else next(it) for s in x.size])
+        return Lazy(x.dtype, size, fn)
+    if not (isinstance(x, StridedView) and x.is_contiguous()):
+        x = ctx.graph.realize(_copy_lazy(x))
+    return StridedView(x.buf, size, contiguous_strides(size), x.offset)
+
+
+def _copy_lazy(x: TensorValue) -> Lazy:
+    if isinstance(x, Lazy):
+        return x
+    return Lazy(x.dtype, list(x.size), x.load)
+
+
+@register(aten.split, aten.split_with_sizes)
+def _split(ctx, x, sizes, dim=0):
+    dim = _norm_dim(dim, len(x.size))
+    outs, start = [], sympy.Integer(0)
+    for v in ctx.val:
+        n = sym(v.shape[dim])
+        size = [sym(s) for s in v.shape]
+        sub = _with_dtype(ctx, x.dtype, size)
+        outs.append(_slice(sub, x, dim, start, start + n, 1))
+        start = start + n
+    return outs
+
+
+@register(aten.unbind)
+def _unbind(ctx, x, dim=0):
+    dim = _norm_dim(dim, len(x.size))
+    return [_select(_with_dtype(ctx, x.dtype, [sym(s) for s in v.shape]), x, dim, k)
+            for k, v in enumerate(ctx.val)]
+
+
+# ---------------------------------------------------------------- reductions
+
+def reduce(ctx: Ctx, x, dims, keepdim: bool, rtype: str, out_dtype: torch.dtype,
+           acc_dtype: torch.dtype | None = None) -> StridedView:
+    n = len(x.size)
+    dims = sorted({_norm_dim(d, n) for d in dims}) if dims else list(range(n))
+    keep = [d for d in range(n) if d not in dims]
+    outer = [x.size[d] for d in keep]
+    rsizes = [x.size[d] for d in dims]
+    if acc_dtype is None:
+        acc_dtype = compute_dtype(out_dtype)
+
+    def fn(o, r):
+        idx = [None] * n
+        for d, v in zip(keep, o):
+            idx[d] = v
+        for d, v in zip(dims, r):
+            idx[d] = v
+        return cast(x.load(idx), acc_dtype)
+
+    buf = ctx.graph.new_buffer(out_dtype, outer)
+    ctx.graph.nodes.append(Reduction(buf, rsizes, rtype, acc_dtype, fn))
+    view = StridedView.of(buf)
+    if keepdim:
+        it = iter(view.stride)
+        view = StridedView(buf, [sympy.Integer(1) if d in dims else x.size[d] for d in range(n)],
+                           [sympy.Integer(0) if d in dims else next(it) for d in range(n)])
+    return view
+
+
+def _dims_arg(dims):
+    if dims is None:
+        return None
+    return [dims] if isinstance(dims, int) else list(dims)
+
+
+@register(aten.sum, prims.sum)
+def _sum(ctx, x, dims=None, keepdim=False, *, dtype=None, output_dtype=None):
+    out = ctx.dtype
+    acc = torch.int64 if not out.is_floating_point and out != torch.bool else compute_dtype(out)
+    return reduce(ctx, x, _dims_arg(dims), keepdim, "sum", out, acc)
+
+
+@register(aten.mean)
+def _mean(ctx, x, dims=None, keepdim=False, *, dtype=None):
+    n = len(x.size)
+    d = _dims_arg(dims) or list(range(n))
+    count = ir.numel([x.size[_norm_dim(k, n)] for k in d])
+    s = reduce(ctx, x, d, keepdim, "sum", ctx.dtype)
+    return pointwise(ctx, "truediv", s, count)
+
+
+@register(aten.amax, aten.amin, prims.amax, prims.amin)
+def _amax(ctx, x, dims=None, keepdim=False):
+    packet = ctx.node.target._overloadpacket
+    rtype = "max" if packet in (aten.amax, prims.amax) else "min"
+    if ctx.dtype == torch.bool:
+        raise Unsupported("bool amax")
+    if not dims and any(s == 0 for s in x.size):
+        raise Unsupported("amax of an empty tensor")
+    return reduce(ctx, x, _dims_arg(dims), keepdim, rtype, ctx.dtype)
+
+
+@register(aten.any)
+def _any(ctx, x, dims=None, keepdim=False):
+    return reduce(ctx, Lazy(torch.bool, x.size, lambda i: cast(x.load(i), torch.bool)),
+                  _dims_arg(dims), keepdim, "any", torch.bool, torch.bool)
+
+
+@register(prims.var)
+def _var(ctx, x, dims, correction=1, *, output_dtype=None):
+    n = len(x.size)
+    d = sorted({_norm_dim(k, n) for k in (_dims_arg(dims) or range(n))})
+    count = ir.numel([x.size[k] for k in d])
+    dtype = ctx.dtype
+    size_k = [sympy.Integer(1) if k in d else x.size[k] for k in range(n)]
+    s = reduce(ctx, x, d, True, "sum", dtype)
+    mean = pointwise(_with_dtype(ctx, dtype, size_k), "truediv", s, count)
+    full = _with_dtype(ctx, dtype, list(x.size))
+    diff = pointwise(full, "sub", x, mean)
+    sq = pointwise(full, "mul", diff, diff)
+    ss = reduce(ctx, sq, d, False, "sum", dtype)
+    denom = count - sym(correction)
+    return pointwise(ctx, "truediv", ss, denom)
+
+
+# ---------------------------------------------------------------- the graph walk
+
+class GraphLowering:
+    """Walks an FX graph, building IR nodes in topological order."""
+
+    def __init__(self, gm: GraphModule):
+        self.gm = gm
+        self.nodes: list = []
+        self.inputs: list = []  # (placeholder position, Buffer | sympy.Symbol | None)
+        self.constants: dict[str, torch.Tensor] = {}
+        self.outputs: list = []
+        self.fallback_ops: list[str] = []
+        self._count = 0
+        self.env: dict[FxNode, object] = {}
+
+    def new_buffer(self, dtype, size, stride=None) -> Buffer:
+        self._count += 1
+        return Buffer(f"buf{self._count}", dtype, list(size),
+                      list(stride) if stride is not None else contiguous_strides(size))
+
+    def realize(self, x) -> StridedView:
+        if isinstance(x, StridedView):
+            return x
+        if isinstance(x, Lazy):
+            if x.realized is None:
+                buf = self.new_buffer(x.dtype, x.size)
+                self.nodes.append(Pointwise(buf, x.fn))
+                x.realized = StridedView.of(buf)
+            return x.realized
+        raise TypeError(f"cannot realize {type(x).__name__}")
+
+    def run(self) -> None:
+        for node in self.gm.graph.nodes:
+            self.env[node] = self._lower(node)
+
+    def _arg(self, a):
+        if isinstance(a, FxNode):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._arg(x) for x in a)
+        if isinstance(a, (torch.SymInt, torch.SymFloat)):
+            return sym(a)
+        return a
+
+    def _lower(self, node: FxNode):
+        val = meta_val(node)
+        if node.op == "placeholder":
+            pos = len(self.inputs)
+            if isinstance(val, torch.Tensor):
+                self._check_tensor(val)
+                buf = Buffer(f"arg{pos}", val.dtype, [sym(s) for s in val.shape],
+                             [sym(s) for s in val.stride()])
+                self.inputs.append(buf)
+                return StridedView.of(buf)
+            self.inputs.append(sym(val) if isinstance(val, (torch.SymInt, int)) else None)
+            return sym(val) if isinstance(val, (torch.SymInt, torch.SymFloat, int, float)) \
+                else val
+        if node.op == "get_attr":
+            t = getattr(self.gm, node.target)
+            if not isinstance(t, torch.Tensor):
+                raise Unsupported(f"get_attr of {type(t).__name__}")
+            self._check_tensor(t)
+            name = f"const{len(self.constants)}"
+            self.constants[name] = t
+            return StridedView.of(Buffer(name, t.dtype, [sym(s) for s in t.shape],
+                                         [sym(s) for s in t.stride()]))
+        if node.op == "output":
+            outs = node.args[0]
+            self.outputs = [self._output(self._arg(o)) for o in outs]
+            return None
+        if node.target is operator.getitem:
+            src = self._arg(node.args[0])
+            return src[node.args[1]]
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) or (
+                not isinstance(node.target, torch._ops.OpOverload)
+                and isinstance(val, (int, float, bool))):
+            return sym(val)
+        args, kwargs = self._arg(node.args), self._arg(node.kwargs)
+        target = node.target
+        packet = getattr(target, "_overloadpacket", None)
+        lowering = LOWERINGS.get(packet)
+        if lowering is not None and packet not in EXTERN_OPS and self._supported(node):
+            try:
+                out = lowering(Ctx(self, node), *args, **kwargs)
+                return self._maybe_realize(node, out)
+            except Unsupported as e:
+                self._note_fallback(target, str(e))
+        elif packet not in EXTERN_OPS:
+            self._note_fallback(target, "no lowering")
+        return self._extern(node, args, kwargs, fallback=packet not in EXTERN_OPS)
+
+    def _check_tensor(self, t) -> None:
+        if t.device.type != "cpu" or t.layout != torch.strided or t.dtype not in \
+                ir.SUPPORTED_DTYPES:
+            raise Unsupported(f"tensor on {t.device} / {t.layout} / {t.dtype}")
+
+    def _supported(self, node: FxNode) -> bool:
+        vals = [meta_val(node)] + [meta_val(a) for a in node.all_input_nodes]
+        for v in vals:
+            for t in (v if isinstance(v, (list, tuple)) else [v]):
+                if isinstance(t, torch.Tensor) and (t.device.type != "cpu" or t.dtype not in
+                                                    ir.SUPPORTED_DTYPES):
+                    return False
+        return True
+
+    def _note_fallback(self, target, reason: str) -> None:
+        name = str(target)
+        self.fallback_ops.append(name)
+        if name not in _logged_fallbacks:
+            _logged_fallbacks.add(name)
+            _fallback_log.info("%s runs in eager ATen: %s", name, reason)
+
+    def _maybe_realize(self, node: FxNode, out):
+        if isinstance(out, Lazy):
+            users = len(node.users)
+            e = out.fn(ir.index_vars("x", len(out.size)))
+            ops = ir.op_count(e)
+            if ops > 64 or (users > 1 and (ops > 3 or users > 3)):
+                self.realize(out)
+        return out
+
+    def _extern(self, node: FxNode, args, kwargs, fallback: bool):
+        reads: list[Buffer] = []
+
+        def conv(a):
+            if isinstance(a, TensorValue):
+                v = self.realize(a)
+                reads.append(v.buf)
+                return v
+            if isinstance(a, (list, tuple)):
+                return type(a)(conv(x) for x in a)
+            return a
+
+        args, kwargs = conv(args), {k: conv(v) for k, v in kwargs.items()}
+        val = meta_val(node)
+        vals = val if isinstance(val, (list, tuple)) else [val]
+        outs = []
+        for v in vals:
+            if isinstance(v, torch.Tensor):
+                outs.append(self.new_buffer(v.dtype, [sym(s) for s in v.shape],
+                                            [sym(s) for s in v.stride()]))
+            else:
+                outs.append(None)
+        tree = "list" if isinstance(val, list) else "tuple" if isinstance(val, tuple) \
+            else "single"
+        self.nodes.append(Extern(node.target, args, kwargs, outs, tree, fallback, reads))
+        views = [StridedView.of(b) if b is not None else None for b in outs]
+        return views if tree != "single" else views[0]
+
+    def _output(self, v):
+        if isinstance(v, Lazy):
+            return self.realize(v)
+        return v

@@ -1,0 +1,119 @@
+"""Ember's closed prim set: every pointwise operation a kernel may contain.
+
+``PRIMS`` maps a prim name to ``(arity, kind, C++ template)``. In the template ``{0}``,
+``{1}``, ``{2}`` are operand expressions and ``{T}`` is the C++ type the prim computes in.
+Kinds: ``math`` (floating compute), ``arith`` (any numeric type), ``compare`` (bool result),
+``logical`` (bool operands), ``bitwise`` (integers and bool), ``select`` (``where``).
+Reductions are ``REDUCTIONS``; everything else is extern (ATen) or an eager fallback.
+"""
+
+from __future__ import annotations
+
+PRIMS: dict[str, tuple[int, str, str]] = {
+    # arithmetic
+    "add": (2, "arith", "({0} + {1})"),
+    "sub": (2, "arith", "({0} - {1})"),
+    "mul": (2, "arith", "({0} * {1})"),
+    "truediv": (2, "math", "({0} / {1})"),
+    "neg": (1, "arith", "(-{0})"),
+    "abs": (1, "arith", "std::abs({0})"),
+    "maximum": (2, "arith", "e_max<{T}>({0}, {1})"),
+    "minimum": (2, "arith", "e_min<{T}>({0}, {1})"),
+    "sign": (1, "arith", "static_cast<{T}>(({0} > 0) - ({0} < 0))"),
+    # floating-point math
+    "exp": (1, "math", "std::exp({0})"),
+    "exp2": (1, "math", "std::exp2({0})"),
+    "expm1": (1, "math", "std::expm1({0})"),
+    "log": (1, "math", "std::log({0})"),
+    "log2": (1, "math", "std::log2({0})"),
+    "log10": (1, "math", "std::log10({0})"),
+    "log1p": (1, "math", "std::log1p({0})"),
+    "sqrt": (1, "math", "std::sqrt({0})"),
+    "rsqrt": (1, "math", "(static_cast<{T}>(1) / std::sqrt({0}))"),
+    "reciprocal": (1, "math", "(static_cast<{T}>(1) / {0})"),
+    "sigmoid": (1, "math", "(static_cast<{T}>(1) / (static_cast<{T}>(1) + std::exp(-{0})))"),
+    "sin": (1, "math", "std::sin({0})"),
+    "cos": (1, "math", "std::cos({0})"),
+    "tan": (1, "math", "std::tan({0})"),
+    "asin": (1, "math", "std::asin({0})"),
+    "acos": (1, "math", "std::acos({0})"),
+    "atan": (1, "math", "std::atan({0})"),
+    "sinh": (1, "math", "std::sinh({0})"),
+    "cosh": (1, "math", "std::cosh({0})"),
+    "tanh": (1, "math", "std::tanh({0})"),
+    "asinh": (1, "math", "std::asinh({0})"),
+    "acosh": (1, "math", "std::acosh({0})"),
+    "atanh": (1, "math", "std::atanh({0})"),
+    "erf": (1, "math", "std::erf({0})"),
+    "erfc": (1, "math", "std::erfc({0})"),
+    "floor": (1, "math", "std::floor({0})"),
+    "ceil": (1, "math", "std::ceil({0})"),
+    "trunc": (1, "math", "std::trunc({0})"),
+    "round": (1, "math", "std::nearbyint({0})"),
+    "pow": (2, "math", "std::pow({0}, {1})"),
+    "atan2": (2, "math", "std::atan2({0}, {1})"),
+    "fmod": (2, "math", "std::fmod({0}, {1})"),
+    "remainder": (2, "math", "e_rem<{T}>({0}, {1})"),
+    "floordiv": (2, "math", "std::floor({0} / {1})"),
+    "truncdiv": (2, "math", "std::trunc({0} / {1})"),
+    "isnan": (1, "math", "({0} != {0})"),
+    "isinf": (1, "math", "(std::abs({0}) == INFINITY)"),
+    # comparisons (operands in the promoted type, bool result)
+    "eq": (2, "compare", "({0} == {1})"),
+    "ne": (2, "compare", "({0} != {1})"),
+    "lt": (2, "compare", "({0} < {1})"),
+    "le": (2, "compare", "({0} <= {1})"),
+    "gt": (2, "compare", "({0} > {1})"),
+    "ge": (2, "compare", "({0} >= {1})"),
+    # logic and bits
+    "logical_and": (2, "logical", "({0} && {1})"),
+    "logical_or": (2, "logical", "({0} || {1})"),
+    "logical_xor": (2, "logical", "({0} != {1})"),
+    "logical_not": (1, "logical", "(!{0})"),
+    "bitwise_and": (2, "bitwise", "static_cast<{T}>({0} & {1})"),
+    "bitwise_or": (2, "bitwise", "static_cast<{T}>({0} | {1})"),
+    "bitwise_xor": (2, "bitwise", "static_cast<{T}>({0} ^ {1})"),
+    "bitwise_not": (1, "bitwise", "static_cast<{T}>(~{0})"),
+    "where": (3, "select", "({0} ? {1} : {2})"),
+}
+
+# reduction name -> (OpenMP reduction operator, initial value as a Python number)
+REDUCTIONS: dict[str, tuple[str, float]] = {
+    "sum": ("+", 0),
+    "prod": ("*", 1),
+    "max": ("max", float("-inf")),
+    "min": ("min", float("inf")),
+    "any": ("|", 0),
+}
+
+# Helpers every translation unit starts with (NaN-propagating min/max, Python remainder,
+# bfloat16 conversions); kept tiny because g++ time is the cold-compile budget.
+CPP_PRELUDE = r"""
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <omp.h>
+template <typename T> static inline T e_max(T a, T b) { return (a != a || a > b) ? a : b; }
+template <typename T> static inline T e_min(T a, T b) { return (a != a || a < b) ? a : b; }
+template <typename T> static inline T e_rem(T a, T b) {
+  T r = std::fmod(a, b);
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+static inline float e_bf16_to_f(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16; float f; std::memcpy(&f, &u, 4); return f;
+}
+static inline uint16_t e_f_to_bf16(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  if (f != f) return 0x7fc0;
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+"""
+
+
+def table_markdown() -> str:
+    """The prim set as a Markdown table (for the docs)."""
+    rows = ["| prim | arity | kind | C++ |", "|---|---|---|---|"]
+    rows += [f"| {n} | {a} | {k} | `{t}` |" for n, (a, k, t) in PRIMS.items()]
+    rows += [f"| {n} (reduction) | 1 | reduction | `{op}` from {init} |"
+             for n, (op, init) in REDUCTIONS.items()]
+    return "\n".join(rows)

@@ -1,0 +1,1 @@
+"""Runtime support: building generated C++ and the on-disk kernel cache."""

@@ -1,0 +1,74 @@
+"""Build a C++ translation unit into a shared library (g++ -O3 -march=native -fopenmp).
+
+``load(source)`` returns a ``ctypes.CDLL``: from this process's table, else from the disk
+cache (no compiler run), else built. A cache entry that fails to load is rebuilt.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+
+from ember.core.compiler.runtime import cache
+from ember.core.logs import get_logger
+
+log = get_logger("cache")
+codegen_log = get_logger("codegen")
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno",
+         "-w", "-std=c++17"]
+_loaded: dict[str, ctypes.CDLL] = {}
+builds = 0  # number of compiler runs in this process (tests count them)
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+@functools.lru_cache(maxsize=1)
+def compiler() -> tuple[str, str]:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        raise BuildError("no C++ compiler found (install g++ or set CXX)")
+    out = subprocess.run([cxx, "--version"], capture_output=True, text=True)
+    return cxx, out.stdout.splitlines()[0] if out.stdout else ""
+
+
+def _build(source: str, target) -> None:
+    global builds
+    cxx, _ = compiler()
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        src = os.path.join(tmp, "k.cpp")
+        so = os.path.join(tmp, "k.so")
+        with open(src, "w") as f:
+            f.write(source)
+        proc = subprocess.run([cxx, *FLAGS, src, "-o", so], capture_output=True, text=True)
+        builds += 1
+        if proc.returncode != 0:
+            raise BuildError(f"{cxx} failed:\n{proc.stderr[-4000:]}")
+        os.replace(so, target)
+
+
+def load(source: str) -> ctypes.CDLL:
+    cxx, version = compiler()
+    k = cache.key(source, " ".join(FLAGS), cxx, version)
+    if k in _loaded:
+        return _loaded[k]
+    target = cache.entry(k, ".so")
+    if target.exists():
+        try:
+            lib = ctypes.CDLL(str(target))
+            log.debug("cache hit %s", target)
+            _loaded[k] = lib
+            return lib
+        except OSError as e:
+            log.warning("corrupt cache entry %s (%s); rebuilding", target, e)
+            target.unlink(missing_ok=True)
+    log.debug("cache miss %s", target)
+    _build(source, target)
+    lib = ctypes.CDLL(str(target))
+    _loaded[k] = lib
+    return lib

@@ -1,0 +1,266 @@
+"""Scheduling: group IR nodes into kernels and decide which buffers reach memory.
+
+A kernel is an outer loop nest over sizes ``outer`` (parallel) holding a sequence of
+stages: ``scalar`` stages run once per outer point, ``loop`` stages run an inner loop over
+``rsizes`` computing reductions and/or storing pointwise values. This fuses pointwise
+chains, pointwise producers into reductions and pointwise consumers into reduction outputs
+(softmax or layer_norm become one kernel). Values consumed only inside their kernel at
+the same loop point are forwarded in registers and never stored. Refused fusions are
+logged at DEBUG on ``ember.schedule`` with their reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+
+from ember.core.compiler import ir
+from ember.core.compiler.ir import Extern, Pointwise, Reduction
+from ember.core.logs import get_logger
+
+log = get_logger("schedule")
+
+
+@dataclass
+class Item:
+    kind: str  # "store" | "reduce"
+    node: object
+    expr: tuple
+    index: object = None  # store index (loop items) in kernel variables
+    var: str = ""  # name of the reduction / scalar result
+
+
+@dataclass
+class Stage:
+    kind: str  # "loop" | "scalar"
+    rsizes: list
+    items: list = field(default_factory=list)
+
+
+@dataclass
+class Kernel:
+    name: str
+    outer: list
+    stages: list
+    nodes: list
+    stored: set = field(default_factory=set)
+
+    @property
+    def outputs(self) -> list:
+        return [n.buf for n in self.nodes if n.buf.name in self.stored]
+
+
+class Refused(Exception):
+    pass
+
+
+def _flat(vars_, sizes):
+    return sum((v * s for v, s in zip(vars_, ir.contiguous_strides(sizes))), sympy.Integer(0))
+
+
+def _loads(e):
+    return [x for x in ir.walk(e) if x[0] == "load"]
+
+
+def build(nodes: list, outer: list, name: str = "kernel") -> Kernel:
+    """Lay ``nodes`` out as one kernel over ``outer``; raises Refused with the reason."""
+    xs = ir.index_vars("x", len(outer))
+    flat_o = _flat(xs, outer)
+    produced: dict[str, tuple] = {}  # buffer -> (kind, stage number, index, value expr)
+    stages: list[Stage] = []
+    for node in nodes:
+        size = node.buf.size
+        if isinstance(node, Reduction):
+            if not ir.same_sizes(size, outer):
+                raise Refused(f"reduction outer sizes {size} != kernel outer sizes {outer}")
+            kind, rsizes = "loop", list(node.rsizes)
+            expr = node.fn(xs, ir.index_vars("r", len(rsizes)))
+            index = None
+        elif ir.same_sizes(size, outer):
+            kind, rsizes, index = "scalar", [], flat_o
+            expr = node.fn(xs)
+        elif len(size) > len(outer) and ir.same_sizes(size[:len(outer)], outer):
+            kind, rsizes = "loop", list(size[len(outer):])
+            rs = ir.index_vars("r", len(rsizes))
+            expr = node.fn(xs + rs)
+            index = _flat(xs + rs, size)
+        else:
+            raise Refused(f"sizes {size} do not extend kernel outer sizes {outer}")
+        last = len(stages) - 1
+        join = last >= 0 and stages[last].kind == kind and ir.same_sizes(stages[last].rsizes,
+                                                                          rsizes)
+        loads = [ld for ld in _loads(expr) if ld[2] in produced]
+        if join and any(produced[ld[2]][0] == "acc" and produced[ld[2]][1] == last
+                        for ld in loads):
+            join = False
+        here = last if join else last + 1
+        subst = {}
+        for ld in loads:
+            pkind, pstage, pindex, pvalue = produced[ld[2]]
+            if pkind in ("acc", "scalar"):
+                if not ir.same(ld[3], flat_o):
+                    raise Refused(f"{node.buf.name} reads {ld[2]} at {ld[3]}, not at the "
+                                  f"current outer point")
+                subst[ld] = pvalue
+            else:
+                if kind != "loop" or not ir.same(ld[3], pindex) or not ir.same_sizes(
+                        stages[pstage].rsizes, rsizes):
+                    raise Refused(f"{node.buf.name} reads {ld[2]} at another loop point")
+                if pstage == here:
+                    subst[ld] = pvalue
+        if subst:
+            expr = ir.map_loads(expr, lambda ld, s=subst: s.get(ld, ld))
+        if not join:
+            stages.append(Stage(kind, rsizes))
+        stage = stages[here]
+        if isinstance(node, Reduction):
+            var = f"acc_{node.buf.name}"
+            stage.items.append(Item("reduce", node, expr, None, var))
+            value = ir.cast(("var", ir.compute_dtype(node.acc_dtype), var), node.buf.dtype)
+            produced[node.buf.name] = ("acc", here, flat_o, value)
+        else:
+            stage.items.append(Item("store", node, expr, index))
+            produced[node.buf.name] = ("scalar" if kind == "scalar" else "loop", here, index,
+                                       expr)
+    return Kernel(name, list(outer), stages, list(nodes))
+
+
+def _outer_for(nodes: list) -> list:
+    for n in nodes:
+        if isinstance(n, Reduction):
+            return list(n.buf.size)
+    size = nodes[0].buf.size
+    return list(size[:-1]) if size else []
+
+
+def _finalize(k: Kernel, must_store: set[str]) -> Kernel:
+    """Decide which buffers are stored; collapse dims of pure pointwise kernels."""
+    loaded = set()
+    for st in k.stages:
+        for it in st.items:
+            loaded |= {ld[2] for ld in _loads(it.expr)}
+    k.stored = {n.buf.name for n in k.nodes if n.buf.name in must_store or n.buf.name in loaded}
+    if all(isinstance(n, Pointwise) for n in k.nodes) and len(k.stages) == 1 \
+            and k.stages[0].kind == "loop":
+        _collapse(k)
+    return k
+
+
+def _collapse(k: Kernel) -> None:
+    """Merge adjacent loop dims whose every index is linear and contiguous across them."""
+    st = k.stages[0]
+    sizes = list(k.outer) + list(st.rsizes)
+    vars_ = ir.index_vars("x", len(k.outer)) + ir.index_vars("r", len(st.rsizes))
+    exprs = [it.index for it in st.items]
+    for it in st.items:
+        exprs += [ld[3] for ld in _loads(it.expr)]
+        exprs += [x[2] for x in ir.walk(it.expr) if x[0] == "index"]
+    vset = set(vars_)
+    coefs = []
+    for e in exprs:
+        e = sympy.expand(e)
+        c = [sympy.diff(e, v) for v in vars_]
+        if any(ci.free_symbols & vset for ci in c):
+            return
+        coefs.append((e.subs({v: 0 for v in vars_}), c))
+    groups = [[len(sizes) - 1]] if sizes else []
+    for j in range(len(sizes) - 2, -1, -1):
+        inner = groups[-1][0]
+        if all(ir.same(c[j], c[inner] * sizes[inner]) for _, c in coefs):
+            groups[-1].insert(0, j)
+        else:
+            groups.append([j])
+    groups.reverse()
+    if len(groups) == len(sizes):
+        return
+    new_sizes = [ir.numel([sizes[d] for d in g]) for g in groups]
+    nv = ir.index_vars("y", len(groups))
+    mapping = {}
+    for e, (e0, c) in zip(exprs, coefs):
+        mapping[e] = e0 + sum((c[g[-1]] * y for g, y in zip(groups, nv)), sympy.Integer(0))
+
+    def rebuild(e):
+        memo: dict = {}
+
+        def go(x):
+            if x in memo:
+                return memo[x]
+            if x[0] == "load":
+                out = ("load", x[1], x[2], mapping[x[3]])
+            elif x[0] == "index":
+                out = ("index", x[1], mapping[x[2]])
+            elif x[0] == "cast":
+                out = ("cast", x[1], go(x[2]))
+            elif x[0] == "op":
+                out = ("op", x[1], x[2], *(go(a) for a in x[3:]))
+            else:
+                out = x
+            memo[x] = out
+            return out
+        return go(e)
+
+    for it in st.items:
+        it.index = mapping[it.index]
+        it.expr = rebuild(it.expr)
+    # rename y -> x (outer) / r (inner) so codegen sees its usual variables
+    outer_n = len(new_sizes) - 1
+    ren = {y: v for y, v in zip(nv, ir.index_vars("x", outer_n) + ir.index_vars("r", 1))}
+    for it in st.items:
+        it.index = it.index.xreplace(ren)
+        it.expr = ir.map_loads(it.expr, lambda ld: ("load", ld[1], ld[2], ld[3].xreplace(ren)))
+        it.expr = _rename_index(it.expr, ren)
+    k.outer = new_sizes[:-1]
+    st.rsizes = new_sizes[-1:]
+
+
+def _rename_index(e, ren):
+    if e[0] == "index":
+        return ("index", e[1], e[2].xreplace(ren))
+    if e[0] == "cast":
+        return ("cast", e[1], _rename_index(e[2], ren))
+    if e[0] == "op":
+        return ("op", e[1], e[2], *(_rename_index(a, ren) for a in e[3:]))
+    return e
+
+
+def schedule(nodes: list, output_names: set[str]) -> list:
+    """Greedy fusion in topological order -> list of Kernel and Extern steps."""
+    readers: dict[str, set[int]] = {}
+    for i, n in enumerate(nodes):
+        for b in ir.node_reads(n):
+            readers.setdefault(b, set()).add(i)
+    steps: list = []
+    current: list = []
+    current_ids: set[int] = set()
+    kernel = None
+
+    def close():
+        nonlocal current, current_ids, kernel
+        if current:
+            must = set(output_names)
+            for n in current:
+                outside = readers.get(n.buf.name, set()) - current_ids
+                if outside:
+                    must.add(n.buf.name)
+            steps.append(_finalize(kernel, must))
+        current, current_ids, kernel = [], set(), None
+
+    for i, n in enumerate(nodes):
+        if isinstance(n, Extern):
+            close()
+            steps.append(n)
+            continue
+        if current:
+            cand = current + [n]
+            try:
+                kernel = build(cand, _outer_for(cand), f"kernel{len(steps)}")
+                current, current_ids = cand, current_ids | {i}
+                continue
+            except Refused as e:
+                log.debug("not fusing %s into kernel%d: %s", n.buf.name, len(steps), e)
+                close()
+        kernel = build([n], _outer_for([n]), f"kernel{len(steps)}")
+        current, current_ids = [n], {i}
+    close()
+    return steps
