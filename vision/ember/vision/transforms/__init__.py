@@ -1,0 +1,52 @@
+"""Transforms with torchvision.transforms.v2 names and semantics, on tensors of any batch shape.
+
+A sample is any pytree (dict, list, tuple) of typed tensors (``ember.vision.tv_tensors``) and
+other leaves; boxes and masks follow the image. ``per_sample=True`` on random transforms draws
+independent parameters for every image of a batch (dim 0), vectorised on the batch's device.
+"""
+
+from ember.vision.transforms import functional
+from ember.vision.transforms._augment import (
+    AutoAugment,
+    AutoAugmentPolicy,
+    CutMix,
+    MixUp,
+    RandAugment,
+    TrivialAugmentWide,
+)
+from ember.vision.transforms._color import ColorJitter, GaussianBlur, Grayscale, RandomGrayscale
+from ember.vision.transforms._container import Compose, RandomApply, RandomChoice, RandomOrder
+from ember.vision.transforms._geometry import (
+    CenterCrop,
+    FiveCrop,
+    Pad,
+    RandomAffine,
+    RandomCrop,
+    RandomHorizontalFlip,
+    RandomPerspective,
+    RandomResizedCrop,
+    RandomRotation,
+    RandomVerticalFlip,
+    Resize,
+)
+from ember.vision.transforms._misc import (
+    ClampBoundingBoxes,
+    ConvertBoundingBoxFormat,
+    Normalize,
+    RandomErasing,
+    SanitizeBoundingBoxes,
+    ToDtype,
+)
+from ember.vision.transforms._transform import Transform
+from ember.vision.transforms.functional import InterpolationMode
+
+__all__ = [
+    "functional", "Transform", "InterpolationMode",
+    "Compose", "RandomApply", "RandomChoice", "RandomOrder",
+    "Resize", "CenterCrop", "RandomCrop", "RandomResizedCrop", "FiveCrop", "Pad",
+    "RandomHorizontalFlip", "RandomVerticalFlip", "RandomRotation", "RandomAffine",
+    "RandomPerspective", "ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur",
+    "Normalize", "ToDtype", "RandomErasing", "AutoAugment", "AutoAugmentPolicy", "RandAugment",
+    "TrivialAugmentWide", "MixUp", "CutMix", "ConvertBoundingBoxFormat", "ClampBoundingBoxes",
+    "SanitizeBoundingBoxes",
+]

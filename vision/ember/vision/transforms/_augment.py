@@ -1,0 +1,302 @@
+"""Batch mixing (MixUp, CutMix) and automatic augmentation policies."""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from ember.vision import tv_tensors
+from ember.vision.transforms import functional as F
+from ember.vision.transforms._transform import Transform, is_image_like, query_size
+from ember.vision.transforms.functional._utils import InterpolationMode, as_interpolation
+
+
+class _BatchMix(Transform):
+    def __init__(self, *, alpha: float = 1.0, num_classes: int | None = None,
+                 labels_getter="default") -> None:
+        super().__init__()
+        if not isinstance(alpha, (int, float)) or alpha <= 0:
+            raise ValueError(f"alpha must be a positive number, got {alpha!r}")
+        if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 1):
+            raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
+        self.alpha, self.num_classes = float(alpha), num_classes
+        self.labels_getter = labels_getter
+
+    def _labels_index(self, leaves: list) -> int:
+        idx = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)
+               and not isinstance(x, tv_tensors.TVTensor) and x.ndim == 1
+               and not x.is_floating_point()]
+        if not idx:
+            raise ValueError(f"{type(self).__name__} needs integer class labels of shape [N] in "
+                             f"the sample, e.g. (images, labels)")
+        return idx[-1]
+
+    def forward(self, *inputs: Any) -> Any:
+        sample = inputs if len(inputs) > 1 else inputs[0]
+        leaves, spec = tree_flatten(sample)
+        li = self._labels_index(leaves)
+        labels = leaves[li]
+        images = [i for i, x in enumerate(leaves) if i != li and is_image_like(x)]
+        if not images:
+            raise ValueError(f"{type(self).__name__} needs a batch of images in the sample")
+        n = labels.shape[0]
+        for i in images:
+            if leaves[i].ndim < 4 or leaves[i].shape[0] != n:
+                raise ValueError(f"images must be a batch [N, C, H, W] with N = {n} labels, got "
+                                 f"{tuple(leaves[i].shape)}")
+        num_classes = self.num_classes
+        if num_classes is None:
+            raise ValueError("num_classes is required")
+        if bool((labels < 0).any()) or bool((labels >= num_classes).any()):
+            raise ValueError(f"labels must lie in [0, {num_classes}), got {labels.tolist()}")
+        lam = float(torch.distributions.Beta(self.alpha, self.alpha).sample())
+        params = self.mix_params(lam, query_size([leaves[i] for i in images]))
+        out = list(leaves)
+        for i in images:
+            out[i] = self.mix(leaves[i], params)
+        onehot = torch.nn.functional.one_hot(labels.long(), num_classes).to(torch.float32)
+        lam_eff = params["lam"]
+        out[li] = onehot.roll(1, 0).mul(1.0 - lam_eff).add(onehot.mul(lam_eff))
+        return tree_unflatten(out, spec)
+
+
+def _as_float_then_back(x, fn):
+    xf = x.as_subclass(torch.Tensor)
+    res = fn(xf if xf.is_floating_point() else xf.to(torch.float32))
+    res = res if x.is_floating_point() else res.round().clamp(0, 255).to(x.dtype)
+    return tv_tensors.wrap(res, like=x) if isinstance(x, tv_tensors.TVTensor) else res
+
+
+class MixUp(_BatchMix):
+    """Blend each image and one-hot label with the next in the batch, weight ~ Beta(alpha)."""
+
+    def mix_params(self, lam, size):
+        return {"lam": lam}
+
+    def mix(self, x, params):
+        lam = params["lam"]
+        return _as_float_then_back(x, lambda t: t.roll(1, 0).mul(1.0 - lam).add(t.mul(lam)))
+
+
+class CutMix(_BatchMix):
+    """Paste a box of the next image of the batch; labels mixed by the box's area."""
+
+    def mix_params(self, lam, size):
+        h, w = size
+        cy, cx = int(torch.randint(0, h, ())), int(torch.randint(0, w, ()))
+        r = 0.5 * math.sqrt(1.0 - lam)
+        rh, rw = int(r * h), int(r * w)
+        y1, y2 = max(cy - rh, 0), min(cy + rh, h)
+        x1, x2 = max(cx - rw, 0), min(cx + rw, w)
+        return {"box": (y1, y2, x1, x2), "lam": 1.0 - (x2 - x1) * (y2 - y1) / (w * h)}
+
+    def mix(self, x, params):
+        y1, y2, x1, x2 = params["box"]
+        out = x.as_subclass(torch.Tensor).clone()
+        out[..., y1:y2, x1:x2] = x.as_subclass(torch.Tensor).roll(1, 0)[..., y1:y2, x1:x2]
+        return tv_tensors.wrap(out, like=x) if isinstance(x, tv_tensors.TVTensor) else out
+
+
+# ----------------------------------------------------------------------------- auto augment
+
+def _apply_op(img, name: str, magnitude: float, interpolation, fill):
+    """One augmentation op with torchvision's magnitude conventions."""
+    bound = F._utils.max_value(img.dtype) if isinstance(img, torch.Tensor) else 255
+    if name == "ShearX":
+        return F.affine(img, 0.0, [0, 0], 1.0, [math.degrees(math.atan(magnitude)), 0.0],
+                        interpolation, fill, center=[0, 0])
+    if name == "ShearY":
+        return F.affine(img, 0.0, [0, 0], 1.0, [0.0, math.degrees(math.atan(magnitude))],
+                        interpolation, fill, center=[0, 0])
+    if name == "TranslateX":
+        return F.affine(img, 0.0, [int(magnitude), 0], 1.0, [0.0, 0.0], interpolation, fill)
+    if name == "TranslateY":
+        return F.affine(img, 0.0, [0, int(magnitude)], 1.0, [0.0, 0.0], interpolation, fill)
+    if name == "Rotate":
+        return F.rotate(img, magnitude, interpolation, fill=fill)
+    if name == "Brightness":
+        return F.adjust_brightness(img, 1.0 + magnitude)
+    if name == "Color":
+        return F.adjust_saturation(img, 1.0 + magnitude)
+    if name == "Contrast":
+        return F.adjust_contrast(img, 1.0 + magnitude)
+    if name == "Sharpness":
+        return F.adjust_sharpness(img, 1.0 + magnitude)
+    if name == "Posterize":
+        return F.posterize(img, int(magnitude))
+    if name == "Solarize":
+        return F.solarize(img, bound * magnitude)
+    if name == "AutoContrast":
+        return F.autocontrast(img)
+    if name == "Equalize":
+        return F.equalize(img)
+    if name == "Invert":
+        return F.invert(img)
+    if name == "Identity":
+        return img
+    raise ValueError(f"unknown augmentation op {name!r}")
+
+
+def _spaces(num_bins: int, h: int, w: int, wide: bool) -> dict[str, tuple[torch.Tensor, bool]]:
+    """op -> (magnitudes per bin, signed)."""
+    lin = lambda a, b: torch.linspace(a, b, num_bins)
+    none = torch.tensor(0.0)
+    return {
+        "Identity": (none, False),
+        "ShearX": (lin(0.0, 0.99 if wide else 0.3), True),
+        "ShearY": (lin(0.0, 0.99 if wide else 0.3), True),
+        "TranslateX": (lin(0.0, 32.0 if wide else 150.0 / 331.0 * w), True),
+        "TranslateY": (lin(0.0, 32.0 if wide else 150.0 / 331.0 * h), True),
+        "Rotate": (lin(0.0, 135.0 if wide else 30.0), True),
+        "Brightness": (lin(0.0, 0.99 if wide else 0.9), True),
+        "Color": (lin(0.0, 0.99 if wide else 0.9), True),
+        "Contrast": (lin(0.0, 0.99 if wide else 0.9), True),
+        "Sharpness": (lin(0.0, 0.99 if wide else 0.9), True),
+        "Posterize": (8 - (torch.arange(num_bins) / ((num_bins - 1) / (6 if wide else 4)))
+                      .round().int(), False),
+        "Solarize": (lin(1.0, 0.0), False),
+        "AutoContrast": (none, False),
+        "Equalize": (none, False),
+    }
+
+
+class _AutoAugmentBase(Transform):
+    def __init__(self, interpolation=InterpolationMode.NEAREST, fill=None) -> None:
+        super().__init__()
+        self.interpolation = as_interpolation(interpolation)
+        self.fill = fill
+
+    def forward(self, *inputs: Any) -> Any:
+        sample = inputs if len(inputs) > 1 else inputs[0]
+        leaves, spec = tree_flatten(sample)
+        from ember.vision.transforms._transform import transformed_leaves
+
+        chosen = transformed_leaves(leaves)
+        idx = [i for i, (x, c) in enumerate(zip(leaves, chosen)) if c and is_image_like(x)]
+        if len(idx) != 1:
+            raise ValueError(f"{type(self).__name__} needs exactly one image or video in the "
+                             f"sample, found {len(idx)}")
+        if any(isinstance(x, (tv_tensors.BoundingBoxes, tv_tensors.Mask)) for x in leaves):
+            raise TypeError(f"{type(self).__name__} does not support boxes or masks")
+        img = leaves[idx[0]]
+        h, w = img.shape[-2:]
+        out = list(leaves)
+        out[idx[0]] = self.augment(img, int(h), int(w))
+        return tree_unflatten(out, spec)
+
+    def _op(self, img, name, magnitude):
+        return _apply_op(img, name, magnitude, self.interpolation, self.fill)
+
+
+class AutoAugmentPolicy(enum.Enum):
+    """Learned policies of the AutoAugment paper."""
+
+    IMAGENET = "imagenet"
+
+
+# (op, probability, magnitude bin) pairs of the AutoAugment paper's ImageNet policy
+_IMAGENET_POLICY = [
+    (("Posterize", 0.4, 8), ("Rotate", 0.6, 9)),
+    (("Solarize", 0.6, 5), ("AutoContrast", 0.6, None)),
+    (("Equalize", 0.8, None), ("Equalize", 0.6, None)),
+    (("Posterize", 0.6, 7), ("Posterize", 0.6, 6)),
+    (("Equalize", 0.4, None), ("Solarize", 0.2, 4)),
+    (("Equalize", 0.4, None), ("Rotate", 0.8, 8)),
+    (("Solarize", 0.6, 3), ("Equalize", 0.6, None)),
+    (("Posterize", 0.8, 5), ("Equalize", 1.0, None)),
+    (("Rotate", 0.2, 3), ("Solarize", 0.6, 8)),
+    (("Equalize", 0.6, None), ("Posterize", 0.4, 6)),
+    (("Rotate", 0.8, 8), ("Color", 0.4, 0)),
+    (("Rotate", 0.4, 9), ("Equalize", 0.6, None)),
+    (("Equalize", 0.0, None), ("Equalize", 0.8, None)),
+    (("Invert", 0.6, None), ("Equalize", 1.0, None)),
+    (("Color", 0.6, 4), ("Contrast", 1.0, 8)),
+    (("Rotate", 0.8, 8), ("Color", 1.0, 2)),
+    (("Color", 0.8, 8), ("Solarize", 0.8, 7)),
+    (("Sharpness", 0.4, 7), ("Invert", 0.6, None)),
+    (("ShearX", 0.6, 5), ("Equalize", 1.0, None)),
+    (("Color", 0.4, 0), ("Equalize", 0.6, None)),
+    (("Equalize", 0.4, None), ("Solarize", 0.2, 4)),
+    (("Solarize", 0.6, 5), ("AutoContrast", 0.6, None)),
+    (("Invert", 0.6, None), ("Equalize", 1.0, None)),
+    (("Color", 0.6, 4), ("Contrast", 1.0, 8)),
+    (("Equalize", 0.8, None), ("Equalize", 0.6, None)),
+]
+
+
+class AutoAugment(_AutoAugmentBase):
+    """A random sub-policy (two ops) of the learned ImageNet AutoAugment policy."""
+
+    def __init__(self, policy=AutoAugmentPolicy.IMAGENET,
+                 interpolation=InterpolationMode.NEAREST, fill=None) -> None:
+        super().__init__(interpolation, fill)
+        if AutoAugmentPolicy(policy) is not AutoAugmentPolicy.IMAGENET:
+            raise ValueError(f"policy must be AutoAugmentPolicy.IMAGENET, got {policy!r}")
+        self.policy = AutoAugmentPolicy(policy)
+
+    def augment(self, img, h, w):
+        spaces = _spaces(10, h, w, wide=False)
+        spaces["Invert"] = (torch.tensor(0.0), False)
+        sub = _IMAGENET_POLICY[int(torch.randint(len(_IMAGENET_POLICY), ()))]
+        for name, p, mag_bin in sub:
+            if float(torch.rand(())) <= p:
+                mags, signed = spaces[name]
+                mag = float(mags[mag_bin]) if mag_bin is not None and mags.ndim else 0.0
+                if signed and float(torch.rand(())) < 0.5:
+                    mag = -mag
+                img = self._op(img, name, mag)
+        return img
+
+
+class RandAugment(_AutoAugmentBase):
+    """``num_ops`` random ops at a fixed ``magnitude`` (RandAugment)."""
+
+    def __init__(self, num_ops: int = 2, magnitude: int = 9, num_magnitude_bins: int = 31,
+                 interpolation=InterpolationMode.NEAREST, fill=None) -> None:
+        super().__init__(interpolation, fill)
+        if not isinstance(num_ops, int) or num_ops < 0:
+            raise ValueError(f"num_ops must be a non-negative int, got {num_ops!r}")
+        if not isinstance(num_magnitude_bins, int) or num_magnitude_bins < 2:
+            raise ValueError(f"num_magnitude_bins must be an int >= 2, got {num_magnitude_bins!r}")
+        if not isinstance(magnitude, int) or not 0 <= magnitude < num_magnitude_bins:
+            raise ValueError(f"magnitude must be an int in [0, {num_magnitude_bins}), "
+                             f"got {magnitude!r}")
+        self.num_ops, self.magnitude = num_ops, magnitude
+        self.num_magnitude_bins = num_magnitude_bins
+
+    def augment(self, img, h, w):
+        spaces = _spaces(self.num_magnitude_bins, h, w, wide=False)
+        names = list(spaces)
+        for _ in range(self.num_ops):
+            name = names[int(torch.randint(len(names), ()))]
+            mags, signed = spaces[name]
+            mag = float(mags[self.magnitude]) if mags.ndim else 0.0
+            if signed and float(torch.rand(())) < 0.5:
+                mag = -mag
+            img = self._op(img, name, mag)
+        return img
+
+
+class TrivialAugmentWide(_AutoAugmentBase):
+    """One random op at a random magnitude from the wide ranges (TrivialAugment)."""
+
+    def __init__(self, num_magnitude_bins: int = 31, interpolation=InterpolationMode.NEAREST,
+                 fill=None) -> None:
+        super().__init__(interpolation, fill)
+        if not isinstance(num_magnitude_bins, int) or num_magnitude_bins < 2:
+            raise ValueError(f"num_magnitude_bins must be an int >= 2, got {num_magnitude_bins!r}")
+        self.num_magnitude_bins = num_magnitude_bins
+
+    def augment(self, img, h, w):
+        spaces = _spaces(self.num_magnitude_bins, h, w, wide=True)
+        names = list(spaces)
+        name = names[int(torch.randint(len(names), ()))]
+        mags, signed = spaces[name]
+        mag = float(mags[int(torch.randint(self.num_magnitude_bins, ()))]) if mags.ndim else 0.0
+        if signed and float(torch.rand(())) < 0.5:
+            mag = -mag
+        return self._op(img, name, mag)

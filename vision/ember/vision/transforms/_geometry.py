@@ -1,0 +1,320 @@
+"""Geometric transforms (torchvision.transforms.v2 names), with optional per-sample draws."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from ember.vision.transforms import functional as F
+from ember.vision.transforms._transform import (
+    RandomTransform,
+    Transform,
+    batch_info,
+    check_range,
+    query_size,
+    uniform,
+)
+from ember.vision.transforms.functional._geometry import _check_size, parse_padding
+from ember.vision.transforms.functional._utils import InterpolationMode, as_interpolation
+
+
+def _pair_size(size, name="size") -> tuple[int, int]:
+    s = _check_size(size, name)
+    return (s[0], s[0]) if len(s) == 1 else (s[0], s[1])
+
+
+def _check_per_sample(per_sample):
+    if not isinstance(per_sample, bool):
+        raise TypeError(f"per_sample must be a bool, got {per_sample!r}")
+    return per_sample
+
+
+class RandomHorizontalFlip(RandomTransform):
+    """Mirror left-right with probability ``p``."""
+
+    def transform(self, inpt, params):
+        return F.horizontal_flip(inpt)
+
+
+class RandomVerticalFlip(RandomTransform):
+    """Mirror top-bottom with probability ``p``."""
+
+    def transform(self, inpt, params):
+        return F.vertical_flip(inpt)
+
+
+class Resize(Transform):
+    """Resize to ``size``: [h, w], or the shorter edge; antialiased bilinear by default."""
+
+    def __init__(self, size, interpolation=InterpolationMode.BILINEAR, max_size=None,
+                 antialias: bool = True) -> None:
+        super().__init__()
+        self.size = _check_size(size, allow_none=max_size is not None)
+        self.interpolation = as_interpolation(interpolation)
+        self.max_size = max_size
+        self.antialias = antialias
+        F._geometry.output_size(1, 1, size, max_size)  # validates the combination
+
+    def transform(self, inpt, params):
+        return F.resize(inpt, self.size, self.interpolation, self.max_size, self.antialias)
+
+
+class CenterCrop(Transform):
+    """The central ``size`` window (zero-padded when the input is smaller)."""
+
+    def __init__(self, size) -> None:
+        super().__init__()
+        self.size = list(_pair_size(size))
+
+    def transform(self, inpt, params):
+        return F.center_crop(inpt, self.size)
+
+
+class FiveCrop(Transform):
+    """The four corners and the centre, returned as a tuple of 5 samples."""
+
+    def __init__(self, size) -> None:
+        super().__init__()
+        self.size = list(_pair_size(size))
+
+    def forward(self, *inputs):
+        sample = inputs if len(inputs) > 1 else inputs[0]
+        from torch.utils._pytree import tree_flatten, tree_unflatten
+
+        from ember.vision.transforms._transform import transformed_leaves
+
+        leaves, spec = tree_flatten(sample)
+        chosen = transformed_leaves(leaves)
+        crops = [F.five_crop(x, self.size) if c else (x,) * 5 for x, c in zip(leaves, chosen)]
+        return tuple(tree_unflatten([c[k] for c in crops], spec) for k in range(5))
+
+
+class Pad(Transform):
+    """Pad the borders: constant ``fill``, edge, reflect or symmetric."""
+
+    def __init__(self, padding, fill=0, padding_mode: str = "constant") -> None:
+        super().__init__()
+        parse_padding(padding)
+        if padding_mode not in ("constant", "edge", "reflect", "symmetric"):
+            raise ValueError(f"padding_mode must be constant, edge, reflect or symmetric, "
+                             f"got {padding_mode!r}")
+        self.padding, self.fill, self.padding_mode = padding, fill, padding_mode
+
+    def transform(self, inpt, params):
+        return F.pad(inpt, self.padding, self.fill, self.padding_mode)
+
+
+class RandomCrop(Transform):
+    """A random ``size`` window, after optional padding; ``per_sample`` draws one per image."""
+
+    def __init__(self, size, padding=None, pad_if_needed: bool = False, fill=0,
+                 padding_mode: str = "constant", per_sample: bool = False) -> None:
+        super().__init__()
+        self.size = list(_pair_size(size))
+        if padding is not None:
+            parse_padding(padding)
+        self.padding, self.pad_if_needed = padding, pad_if_needed
+        self.fill, self.padding_mode = fill, padding_mode
+        self.per_sample = _check_per_sample(per_sample)
+
+    def make_params(self, leaves):
+        h, w = query_size(leaves)
+        lft, top, rgt, bot = parse_padding(self.padding) if self.padding is not None else (0,) * 4
+        h, w = h + top + bot, w + lft + rgt
+        th, tw = self.size
+        if self.pad_if_needed:
+            dw, dh = max(tw - w, 0), max(th - h, 0)
+            lft, rgt, top, bot = lft + dw, rgt + dw, top + dh, bot + dh
+            h, w = h + 2 * dh, w + 2 * dw
+        if h < th or w < tw:
+            raise ValueError(f"crop size {(th, tw)} is larger than the (padded) input {(h, w)}")
+        padding = [lft, top, rgt, bot] if any((lft, top, rgt, bot)) else None
+        if self.per_sample:
+            n, dev = batch_info(leaves)
+            i = (torch.rand(n, device=dev) * (h - th + 1)).long()
+            j = (torch.rand(n, device=dev) * (w - tw + 1)).long()
+        else:
+            i = int(torch.randint(0, h - th + 1, ()))
+            j = int(torch.randint(0, w - tw + 1, ()))
+        return {"padding": padding, "top": i, "left": j}
+
+    def transform(self, inpt, params):
+        if params["padding"] is not None:
+            inpt = F.pad(inpt, params["padding"], self.fill, self.padding_mode)
+        return F.crop(inpt, params["top"], params["left"], *self.size)
+
+
+def resized_crop_params(h: int, w: int, scale, ratio, n: int, device) -> tuple[torch.Tensor, ...]:
+    """RandomResizedCrop windows (top, left, height, width) as [n] tensors, torchvision's rule:
+    10 tries of random area and log-ratio, else a centre crop clamped to ``ratio``."""
+    tries = 10
+    area = h * w
+    target = area * (scale[0] + (scale[1] - scale[0]) * torch.rand(n, tries, device=device))
+    log_r = torch.log(torch.tensor(ratio, dtype=torch.float32))
+    aspect = torch.exp(log_r[0] + (log_r[1] - log_r[0]) * torch.rand(n, tries, device=device))
+    cw = torch.sqrt(target * aspect).round().long()
+    ch = torch.sqrt(target / aspect).round().long()
+    ok = (cw > 0) & (cw <= w) & (ch > 0) & (ch <= h)
+    first = ok.long().argmax(1, keepdim=True)
+    found = ok.any(1)
+    cw, ch = cw.gather(1, first).squeeze(1), ch.gather(1, first).squeeze(1)
+    in_ratio = w / h
+    if in_ratio < min(ratio):
+        fw, fh = w, int(round(w / min(ratio)))
+    elif in_ratio > max(ratio):
+        fw, fh = int(round(h * max(ratio))), h
+    else:
+        fw, fh = w, h
+    cw = torch.where(found, cw, torch.full_like(cw, fw))
+    ch = torch.where(found, ch, torch.full_like(ch, fh))
+    top = (torch.rand(n, device=device) * (h - ch + 1)).long()
+    left = (torch.rand(n, device=device) * (w - cw + 1)).long()
+    top = torch.where(found, top, (h - ch) // 2)
+    left = torch.where(found, left, (w - cw) // 2)
+    return top, left, ch, cw
+
+
+class RandomResizedCrop(Transform):
+    """A random window of random area and aspect ratio, resized to ``size``."""
+
+    def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),
+                 interpolation=InterpolationMode.BILINEAR, antialias: bool = True,
+                 per_sample: bool = False) -> None:
+        super().__init__()
+        self.size = list(_pair_size(size))
+        for name, v in (("scale", scale), ("ratio", ratio)):
+            if (not isinstance(v, (list, tuple)) or len(v) != 2 or not all(x > 0 for x in v)
+                    or v[0] > v[1]):
+                raise ValueError(f"{name} must be a pair (min, max) of positive numbers, got {v!r}")
+        self.scale, self.ratio = tuple(scale), tuple(ratio)
+        self.interpolation = as_interpolation(interpolation)
+        self.antialias = antialias
+        self.per_sample = _check_per_sample(per_sample)
+
+    def make_params(self, leaves):
+        h, w = query_size(leaves)
+        if self.per_sample:
+            n, dev = batch_info(leaves)
+            return dict(zip(("top", "left", "height", "width"),
+                            resized_crop_params(h, w, self.scale, self.ratio, n, dev)))
+        vals = resized_crop_params(h, w, self.scale, self.ratio, 1, "cpu")
+        return {k: int(v[0]) for k, v in zip(("top", "left", "height", "width"), vals)}
+
+    def transform(self, inpt, params):
+        return F.resized_crop(inpt, params["top"], params["left"], params["height"],
+                              params["width"], self.size, self.interpolation, self.antialias)
+
+
+class RandomRotation(Transform):
+    """Rotate by a random angle in ``degrees`` (counter-clockwise)."""
+
+    def __init__(self, degrees, interpolation=InterpolationMode.NEAREST, expand: bool = False,
+                 center=None, fill=0, per_sample: bool = False) -> None:
+        super().__init__()
+        self.degrees = check_range(degrees, "degrees", bound=(-math.inf, math.inf))
+        self.interpolation = as_interpolation(interpolation)
+        self.expand, self.center, self.fill = expand, center, fill
+        self.per_sample = _check_per_sample(per_sample)
+        if per_sample and expand:
+            raise ValueError("expand=True cannot be combined with per_sample=True "
+                             "(the batch's outputs must share one size)")
+
+    def make_params(self, leaves):
+        n, dev = batch_info(leaves) if self.per_sample else (None, None)
+        return {"angle": uniform(*self.degrees, n, dev)}
+
+    def transform(self, inpt, params):
+        return F.rotate(inpt, params["angle"], self.interpolation, self.expand, self.center,
+                        self.fill)
+
+
+class RandomAffine(Transform):
+    """Random rotation, translation, scale and shear about the image centre."""
+
+    def __init__(self, degrees, translate=None, scale=None, shear=None,
+                 interpolation=InterpolationMode.NEAREST, fill=0, center=None,
+                 per_sample: bool = False) -> None:
+        super().__init__()
+        self.degrees = check_range(degrees, "degrees", bound=(-math.inf, math.inf))
+        if translate is not None and (len(translate) != 2
+                                      or not all(0.0 <= t <= 1.0 for t in translate)):
+            raise ValueError(f"translate must be a pair of fractions in [0, 1], got {translate!r}")
+        if scale is not None and (len(scale) != 2 or not 0 < scale[0] <= scale[1]):
+            raise ValueError(f"scale must be a pair (min, max) of positive numbers, got {scale!r}")
+        if shear is not None:
+            if isinstance(shear, (int, float)):
+                shear = check_range(shear, "shear", bound=(-math.inf, math.inf))
+            elif len(shear) not in (2, 4):
+                raise ValueError(f"shear must be a number or 2 or 4 numbers, got {shear!r}")
+            shear = tuple(float(s) for s in shear)
+        self.translate, self.scale, self.shear = translate, scale, shear
+        self.interpolation = as_interpolation(interpolation)
+        self.fill, self.center = fill, center
+        self.per_sample = _check_per_sample(per_sample)
+
+    def make_params(self, leaves):
+        h, w = query_size(leaves)
+        n, dev = batch_info(leaves) if self.per_sample else (None, None)
+        angle = uniform(*self.degrees, n, dev)
+        if self.translate is not None:
+            mx, my = self.translate[0] * w, self.translate[1] * h
+            tx, ty = uniform(-mx, mx, n, dev), uniform(-my, my, n, dev)
+            tx, ty = (tx.round(), ty.round()) if n is not None else (round(tx), round(ty))
+        else:
+            tx = ty = 0.0 if n is None else torch.zeros(n, device=dev)
+        translate = [tx, ty] if n is None else torch.stack([tx, ty], -1)
+        scale = uniform(*self.scale, n, dev) if self.scale is not None else (
+            1.0 if n is None else torch.ones(n, device=dev))
+        sx = uniform(self.shear[0], self.shear[1], n, dev) if self.shear else (
+            0.0 if n is None else torch.zeros(n, device=dev))
+        sy = uniform(self.shear[2], self.shear[3], n, dev) if self.shear and len(self.shear) == 4 \
+            else (0.0 if n is None else torch.zeros(n, device=dev))
+        shear = [sx, sy] if n is None else torch.stack([sx, sy], -1)
+        return {"angle": angle, "translate": translate, "scale": scale, "shear": shear}
+
+    def transform(self, inpt, params):
+        return F.affine(inpt, params["angle"], params["translate"], params["scale"],
+                        params["shear"], self.interpolation, self.fill, self.center)
+
+
+class RandomPerspective(RandomTransform):
+    """With probability ``p``, move each corner inwards by up to ``distortion_scale``."""
+
+    def __init__(self, distortion_scale: float = 0.5, p: float = 0.5,
+                 interpolation=InterpolationMode.BILINEAR, fill=0, per_sample: bool = False):
+        super().__init__(p, per_sample)
+        if not 0.0 <= distortion_scale <= 1.0:
+            raise ValueError(f"distortion_scale must be in [0, 1], got {distortion_scale!r}")
+        self.distortion_scale = distortion_scale
+        self.interpolation = as_interpolation(interpolation)
+        self.fill = fill
+
+    def make_params(self, leaves):
+        h, w = query_size(leaves)
+        n, dev = batch_info(leaves) if self.per_sample else (1, "cpu")
+        bh = int(self.distortion_scale * (h // 2)) + 1
+        bw = int(self.distortion_scale * (w // 2)) + 1
+        dx = (torch.rand(n, 4) * bw).floor()
+        dy = (torch.rand(n, 4) * bh).floor()
+        ends = torch.stack([
+            torch.stack([dx[:, 0], dy[:, 0]], -1),
+            torch.stack([w - dx[:, 1] - 1, dy[:, 1]], -1),
+            torch.stack([w - dx[:, 2] - 1, h - dy[:, 2] - 1], -1),
+            torch.stack([dx[:, 3], h - dy[:, 3] - 1], -1)], 1)
+        starts = torch.tensor([[0, 0], [w - 1, 0], [w - 1, h - 1], [0, h - 1]],
+                              dtype=ends.dtype).expand_as(ends)
+        if not self.per_sample:
+            starts, ends = starts[0].tolist(), ends[0].tolist()
+        return {"startpoints": starts, "endpoints": ends}
+
+    def transform(self, inpt, params):
+        return F.perspective(inpt, params["startpoints"], params["endpoints"], self.interpolation,
+                             self.fill)
+
+
+__all__: Sequence[str] = [
+    "RandomHorizontalFlip", "RandomVerticalFlip", "Resize", "CenterCrop", "FiveCrop", "Pad",
+    "RandomCrop", "RandomResizedCrop", "RandomRotation", "RandomAffine", "RandomPerspective",
+]

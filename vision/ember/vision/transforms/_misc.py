@@ -1,0 +1,207 @@
+"""Normalize, ToDtype, RandomErasing and the bounding-box utilities."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from ember.vision import tv_tensors
+from ember.vision.transforms import functional as F
+from ember.vision.transforms._transform import (
+    RandomTransform,
+    Transform,
+    batch_info,
+    query_size,
+)
+from ember.vision.tv_tensors import _as_format
+
+
+class Normalize(Transform):
+    """``(image - mean) / std`` per channel on float images."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False):
+        super().__init__()
+        mean, std = list(mean), list(std)
+        if len(mean) != len(std) or not mean:
+            raise ValueError(f"mean and std must be non-empty and the same length, got "
+                             f"{mean} and {std}")
+        if any(s == 0 for s in std):
+            raise ValueError(f"std must not contain zeros, got {std}")
+        self.mean, self.std, self.inplace = mean, std, inplace
+
+    def transform(self, inpt, params):
+        return F.normalize(inpt, self.mean, self.std, self.inplace)
+
+
+class ToDtype(Transform):
+    """Convert dtypes; ``dtype`` may be a dict {type: dtype, "others": dtype}."""
+
+    def __init__(self, dtype, scale: bool = False) -> None:
+        super().__init__()
+        if not isinstance(dtype, (torch.dtype, dict)):
+            raise TypeError(f"dtype must be a torch.dtype or a dict of them, got {dtype!r}")
+        self.dtype, self.scale = dtype, scale
+
+    def transform(self, inpt, params):
+        if isinstance(self.dtype, torch.dtype):
+            dtype = self.dtype
+            if not isinstance(inpt, (tv_tensors.Image, tv_tensors.Video)) and isinstance(
+                    inpt, tv_tensors.TVTensor):
+                return inpt  # as torchvision: a bare dtype converts images and videos only
+        else:
+            dtype = next((d for t, d in self.dtype.items() if isinstance(t, type)
+                          and isinstance(inpt, t)), self.dtype.get("others"))
+            if dtype is None:
+                return inpt
+        return F.to_dtype(inpt, dtype, self.scale)
+
+
+class RandomErasing(RandomTransform):
+    """With probability ``p``, set a random rectangle to ``value`` (a number, per-channel
+    values, or ``"random"`` for Gaussian noise)."""
+
+    def __init__(self, p: float = 0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0.0,
+                 inplace: bool = False, per_sample: bool = False) -> None:
+        super().__init__(p, per_sample)
+        for name, v in (("scale", scale), ("ratio", ratio)):
+            if len(v) != 2 or not 0 < v[0] <= v[1]:
+                raise ValueError(f"{name} must be a pair (min, max) of positive numbers, got {v!r}")
+        if scale[1] > 1:
+            raise ValueError(f"scale must lie in (0, 1], got {scale!r}")
+        if not (isinstance(value, (int, float)) or value == "random"
+                or isinstance(value, (list, tuple))):
+            raise ValueError(f"value must be a number, a sequence or 'random', got {value!r}")
+        self.scale, self.ratio = tuple(scale), tuple(ratio)
+        self.value, self.inplace = value, inplace
+
+    def make_params(self, leaves):
+        h, w = query_size(leaves)
+        n, dev = batch_info(leaves) if self.per_sample else (1, "cpu")
+        tries = 10
+        area = h * w * (self.scale[0] + (self.scale[1] - self.scale[0]) * torch.rand(n, tries))
+        lr = (math.log(self.ratio[0]), math.log(self.ratio[1]))
+        aspect = torch.exp(lr[0] + (lr[1] - lr[0]) * torch.rand(n, tries))
+        eh = torch.sqrt(area * aspect).round().long()
+        ew = torch.sqrt(area / aspect).round().long()
+        ok = (eh < h) & (ew < w)
+        first = ok.long().argmax(1, keepdim=True)
+        found = ok.any(1)
+        eh = torch.where(found, eh.gather(1, first).squeeze(1), 0)
+        ew = torch.where(found, ew.gather(1, first).squeeze(1), 0)
+        i = (torch.rand(n) * (h - eh + 1)).long()
+        j = (torch.rand(n) * (w - ew + 1)).long()
+        if not self.per_sample:
+            return {"i": int(i[0]), "j": int(j[0]), "h": int(eh[0]), "w": int(ew[0])}
+        return {"i": i.to(dev), "j": j.to(dev), "h": eh.to(dev), "w": ew.to(dev)}
+
+    def transform(self, inpt, params):
+        if not isinstance(inpt, torch.Tensor) or isinstance(
+                inpt, (tv_tensors.Mask, tv_tensors.BoundingBoxes)):
+            return inpt
+        if self.value == "random":
+            v = torch.randn(inpt.shape[-3:], device=inpt.device)
+            if not inpt.is_floating_point():
+                v = v.mul(0.5 * F._utils.max_value(inpt.dtype)).add(0.5 * F._utils.max_value(
+                    inpt.dtype)).clamp(0, F._utils.max_value(inpt.dtype))
+            v = v.to(inpt.dtype)
+            if isinstance(params["h"], int):
+                v = v[..., :params["h"], :params["w"]]
+        elif isinstance(self.value, (list, tuple)):
+            v = torch.as_tensor(self.value, dtype=inpt.dtype, device=inpt.device).view(-1, 1, 1)
+        else:
+            v = self.value
+        return F.erase(inpt, params["i"], params["j"], params["h"], params["w"], v, self.inplace)
+
+
+class ConvertBoundingBoxFormat(Transform):
+    """Convert every ``BoundingBoxes`` in the sample to ``format``."""
+
+    def __init__(self, format) -> None:
+        super().__init__()
+        self.format = _as_format(format)
+
+    def transform(self, inpt, params):
+        if isinstance(inpt, tv_tensors.BoundingBoxes):
+            return F.convert_bounding_box_format(inpt, self.format)
+        return inpt
+
+
+class ClampBoundingBoxes(Transform):
+    """Clip every ``BoundingBoxes`` to its canvas."""
+
+    def transform(self, inpt, params):
+        if isinstance(inpt, tv_tensors.BoundingBoxes):
+            return F.clamp_bounding_boxes(inpt)
+        return inpt
+
+
+def _default_labels(sample: Any):
+    def find(d):
+        if isinstance(d, dict):
+            for k, v in d.items():
+                if isinstance(k, str) and k.lower() == "labels":
+                    return v
+        return None
+
+    found = find(sample)
+    if found is None and isinstance(sample, (tuple, list)) and len(sample) >= 2:
+        found = find(sample[1])
+    if found is None:
+        raise ValueError("SanitizeBoundingBoxes found no 'labels' key in the sample; pass "
+                         "labels_getter=None or a callable returning the labels")
+    return found
+
+
+class SanitizeBoundingBoxes(Transform):
+    """Drop degenerate boxes (side < ``min_size``, area < ``min_area``, off canvas) and the
+    labels and instance masks that go with them."""
+
+    def __init__(self, min_size: float = 1.0, min_area: float = 1.0,
+                 labels_getter: Callable | str | None = "default") -> None:
+        super().__init__()
+        if min_size < 1 and min_size != 0 or min_size < 0:
+            raise ValueError(f"min_size must be >= 1, got {min_size!r}")
+        if min_area < 0:
+            raise ValueError(f"min_area must be >= 0, got {min_area!r}")
+        if not (labels_getter is None or labels_getter == "default" or callable(labels_getter)):
+            raise ValueError(f"labels_getter must be 'default', None or a callable, "
+                             f"got {labels_getter!r}")
+        self.min_size, self.min_area, self.labels_getter = min_size, min_area, labels_getter
+
+    def forward(self, *inputs):
+        sample = inputs if len(inputs) > 1 else inputs[0]
+        if self.labels_getter is None:
+            labels = ()
+        else:
+            getter = _default_labels if self.labels_getter == "default" else self.labels_getter
+            labels = getter(sample)
+            labels = tuple(labels) if isinstance(labels, (tuple, list)) else (labels,)
+        leaves, spec = tree_flatten(sample)
+        boxes = [x for x in leaves if isinstance(x, tv_tensors.BoundingBoxes)]
+        if len(boxes) != 1:
+            raise ValueError(f"SanitizeBoundingBoxes needs exactly one BoundingBoxes in the "
+                             f"sample, found {len(boxes)}")
+        b = boxes[0]
+        if b.ndim != 2:
+            raise ValueError(f"SanitizeBoundingBoxes works on unbatched boxes [N, 4], "
+                             f"got {tuple(b.shape)}")
+        xyxy = F._boxes.to_xyxy(b.as_subclass(torch.Tensor).to(torch.float32), b.format)
+        ws, hs = xyxy[:, 2] - xyxy[:, 0], xyxy[:, 3] - xyxy[:, 1]
+        h, w = b.canvas_size
+        valid = (ws >= self.min_size) & (hs >= self.min_size) & (ws * hs >= self.min_area)
+        valid &= (xyxy >= 0).all(-1) & (xyxy[:, 0::2] <= w).all(-1) & (xyxy[:, 1::2] <= h).all(-1)
+        valid &= torch.isfinite(xyxy).all(-1)
+        n = b.shape[0]
+        out = []
+        for x in leaves:
+            if x is b or any(x is lab for lab in labels) or (
+                    isinstance(x, tv_tensors.Mask) and x.ndim >= 3 and x.shape[0] == n):
+                out.append(x[valid.to(x.device)] if not isinstance(x, tv_tensors.TVTensor) else
+                           tv_tensors.wrap(x.as_subclass(torch.Tensor)[valid.to(x.device)], like=x))
+            else:
+                out.append(x)
+        return tree_unflatten(out, spec)

@@ -1,0 +1,58 @@
+"""Functional transforms (torchvision.transforms.v2.functional names).
+
+Each function dispatches on its input's type through a kernel registry: plain tensors and
+``Image``/``Video`` use the image kernel, ``Mask`` and ``BoundingBoxes`` their own, and
+``register_kernel(functional, MyType)`` adds a kernel for a user type.
+"""
+
+from ember.vision.transforms.functional._boxes import (
+    clamp_bounding_boxes,
+    convert_bounding_box_format,
+)
+from ember.vision.transforms.functional._color import (
+    adjust_brightness,
+    adjust_contrast,
+    adjust_gamma,
+    adjust_hue,
+    adjust_saturation,
+    adjust_sharpness,
+    autocontrast,
+    equalize,
+    invert,
+    posterize,
+    rgb_to_grayscale,
+    solarize,
+)
+from ember.vision.transforms.functional._geometry import (
+    affine,
+    center_crop,
+    crop,
+    five_crop,
+    get_size,
+    horizontal_flip,
+    pad,
+    perspective,
+    resize,
+    resized_crop,
+    rotate,
+    vertical_flip,
+)
+from ember.vision.transforms.functional._misc import (
+    erase,
+    gaussian_blur,
+    normalize,
+    to_dtype,
+)
+from ember.vision.transforms.functional._registry import register_kernel
+from ember.vision.transforms.functional._utils import InterpolationMode
+
+__all__ = [
+    "InterpolationMode", "register_kernel", "get_size",
+    "horizontal_flip", "vertical_flip", "resize", "crop", "center_crop", "five_crop",
+    "resized_crop", "pad", "rotate", "affine", "perspective",
+    "rgb_to_grayscale", "adjust_brightness", "adjust_contrast", "adjust_saturation",
+    "adjust_hue", "adjust_sharpness", "adjust_gamma", "posterize", "solarize", "invert",
+    "autocontrast", "equalize",
+    "normalize", "to_dtype", "gaussian_blur", "erase",
+    "convert_bounding_box_format", "clamp_bounding_boxes",
+]

@@ -1,0 +1,296 @@
+"""Color functionals with torchvision's formulas; factors may be per-sample [N] tensors.
+
+Integer images are computed in float32 and converted back by truncation, as torchvision does.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as tF
+
+from ember.vision import tv_tensors
+from ember.vision.transforms.functional._registry import (
+    dispatcher,
+    register_image,
+    register_passthrough,
+)
+from ember.vision.transforms.functional._utils import check_image, max_value, per_sample
+
+_NON_IMAGE = (tv_tensors.Mask, tv_tensors.BoundingBoxes)
+
+
+def _check_factor(value, name, lo=0.0, hi=None):
+    vals = value.flatten().tolist() if isinstance(value, torch.Tensor) else [value]
+    for v in vals:
+        if not isinstance(v, (int, float)) or v < lo or (hi is not None and v > hi):
+            rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+            raise ValueError(f"{name} must be a number in {rng}, got {value!r}")
+
+
+def _back(out: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    out = out.clamp_(0, max_value(dtype))
+    return out if dtype.is_floating_point else out.to(dtype)
+
+
+def _blend(img1: torch.Tensor, img2, ratio) -> torch.Tensor:
+    r = per_sample(ratio, img1)
+    a = img1 if img1.is_floating_point() else img1.to(torch.float32)
+    return _back(a * r + img2 * (1.0 - r), img1.dtype)
+
+
+def _gray(img: torch.Tensor) -> torch.Tensor:
+    """Luma [..., 1, H, W] in the input dtype (truncated for integers)."""
+    r, g, b = img.unbind(-3)
+    luma = (r.to(torch.float32) * 0.2989 + g * 0.587 + b * 0.114).unsqueeze(-3)
+    return luma.to(img.dtype)
+
+
+def _rgb_to_grayscale_image(img, num_output_channels=1):
+    check_image(img, channels=(1, 3))
+    if num_output_channels not in (1, 3):
+        raise ValueError(f"num_output_channels must be 1 or 3, got {num_output_channels!r}")
+    gray = img.clone() if img.shape[-3] == 1 else _gray(img)
+    if num_output_channels == 3:
+        gray = gray.expand(img.shape[:-3] + (3,) + img.shape[-2:]).clone()
+    return gray
+
+
+@dispatcher
+def rgb_to_grayscale(inpt, num_output_channels=1):
+    """Luma 0.2989 R + 0.587 G + 0.114 B, with 1 or 3 output channels."""
+
+
+def _brightness(img, brightness_factor):
+    check_image(img)
+    _check_factor(brightness_factor, "brightness_factor")
+    a = img if img.is_floating_point() else img.to(torch.float32)
+    return _back(a * per_sample(brightness_factor, img), img.dtype)
+
+
+@dispatcher
+def adjust_brightness(inpt, brightness_factor):
+    """Multiply intensities by ``brightness_factor``."""
+
+
+def _contrast(img, contrast_factor):
+    check_image(img, channels=(1, 3))
+    _check_factor(contrast_factor, "contrast_factor")
+    gray = _gray(img) if img.shape[-3] == 3 else img
+    mean = gray.to(torch.float32).mean(dim=(-3, -2, -1), keepdim=True)
+    return _blend(img, mean, contrast_factor)
+
+
+@dispatcher
+def adjust_contrast(inpt, contrast_factor):
+    """Blend with the mean grey level of each image."""
+
+
+def _saturation(img, saturation_factor):
+    check_image(img, channels=(1, 3))
+    _check_factor(saturation_factor, "saturation_factor")
+    if img.shape[-3] == 1:
+        return img.clone()
+    return _blend(img, _gray(img), saturation_factor)
+
+
+@dispatcher
+def adjust_saturation(inpt, saturation_factor):
+    """Blend with the grayscale image."""
+
+
+def _rgb_to_hsv(img: torch.Tensor) -> torch.Tensor:
+    r, g, _ = img.unbind(-3)
+    maxc, minc = img.amax(-3), img.amin(-3)
+    same = maxc == minc
+    rng = maxc - minc
+    s = rng / torch.where(same, torch.ones_like(maxc), maxc)
+    div = torch.where(same, torch.ones_like(rng), rng).unsqueeze(-3)
+    rc, gc, bc = ((maxc.unsqueeze(-3) - img) / div).unbind(-3)
+    is_r = maxc == r
+    is_g = (maxc == g) & ~is_r
+    is_b = ~is_r & ~is_g
+    h = is_r * (bc - gc) + is_g * (2.0 + rc - bc) + is_b * (4.0 + gc - rc)
+    h = torch.fmod(h / 6.0 + 1.0, 1.0)
+    return torch.stack([h, s, maxc], -3)
+
+
+# for sector i of the hue circle, which of (v, p, q, t) is r, g and b
+_HSV_SELECT = torch.tensor([[0, 2, 1, 1, 3, 0], [3, 0, 0, 2, 1, 1], [1, 1, 3, 0, 0, 2]])
+
+
+def _hsv_to_rgb(img: torch.Tensor) -> torch.Tensor:
+    h, s, v = img.unbind(-3)
+    h6 = h * 6
+    i = h6.floor()
+    f = h6 - i
+    i = i.long().remainder(6)
+    p = (v * (1.0 - s)).clamp(0, 1)
+    q = (v * (1.0 - s * f)).clamp(0, 1)
+    t = (v * (1.0 - s * (1.0 - f))).clamp(0, 1)
+    vpqt = torch.stack([v, p, q, t], -3)
+    sel = _HSV_SELECT.to(img.device)[:, i]  # [3, ..., H, W]
+    sel = sel.movedim(0, -3)
+    return vpqt.gather(-3, sel)
+
+
+def _to_unit_float(img):
+    return img if img.is_floating_point() else img.to(torch.float32) / max_value(img.dtype)
+
+
+def _from_unit_float(out, dtype):
+    if dtype.is_floating_point:
+        return out.to(dtype)
+    return out.mul(max_value(dtype) + 1.0 - 1e-3).to(dtype)
+
+
+def _hue(img, hue_factor):
+    check_image(img, channels=(1, 3))
+    _check_factor(hue_factor, "hue_factor", -0.5, 0.5)
+    if img.shape[-3] == 1:
+        return img.clone()
+    if img.numel() == 0:
+        return img.clone()
+    hsv = _rgb_to_hsv(_to_unit_float(img).to(torch.float32))
+    h, s, v = hsv.unbind(-3)
+    hf = per_sample(hue_factor, h.unsqueeze(-3))
+    h = (h + (hf.squeeze(-3) if isinstance(hf, torch.Tensor) else hf)).remainder(1.0)
+    return _from_unit_float(_hsv_to_rgb(torch.stack([h, s, v], -3)), img.dtype)
+
+
+@dispatcher
+def adjust_hue(inpt, hue_factor):
+    """Rotate the hue by ``hue_factor`` turns, in [-0.5, 0.5], through HSV."""
+
+
+def _sharpness(img, sharpness_factor):
+    check_image(img, channels=(1, 3))
+    _check_factor(sharpness_factor, "sharpness_factor")
+    if img.shape[-1] <= 2 or img.shape[-2] <= 2 or img.numel() == 0:
+        return img.clone()
+    c = img.shape[-3]
+    x = img.reshape((-1,) + tuple(img.shape[-3:]))
+    xf = x.to(torch.float32)
+    k = torch.ones(3, 3, dtype=torch.float32, device=img.device)
+    k[1, 1] = 5.0
+    k = (k / k.sum()).expand(c, 1, 3, 3)
+    blurred = tF.conv2d(xf, k, groups=c)
+    if not img.dtype.is_floating_point:
+        blurred = blurred.round()
+    degenerate = xf.clone()
+    degenerate[..., 1:-1, 1:-1] = blurred
+    return _blend(img, degenerate.reshape(img.shape), sharpness_factor)
+
+
+@dispatcher
+def adjust_sharpness(inpt, sharpness_factor):
+    """Blend with a 3x3-smoothed image (borders kept); factor > 1 sharpens."""
+
+
+def _gamma(img, gamma, gain=1.0):
+    check_image(img)
+    _check_factor(gamma, "gamma")
+    out = _to_unit_float(img).pow(per_sample(gamma, img)) * gain
+    return _from_unit_float(out.clamp(0, 1), img.dtype)
+
+
+@dispatcher
+def adjust_gamma(inpt, gamma, gain=1.0):
+    """``gain * img ** gamma`` on intensities in [0, 1]."""
+
+
+def _posterize(img, bits):
+    check_image(img)
+    if not isinstance(bits, int) or not 0 <= bits <= 8:
+        raise ValueError(f"bits must be an int in [0, 8], got {bits!r}")
+    if img.dtype == torch.uint8:
+        return img & (((1 << bits) - 1) << (8 - bits))
+    if img.dtype.is_floating_point:
+        levels = 1 << bits
+        return img.mul(levels).floor_().clamp_(0, levels - 1).mul_(1.0 / levels)
+    raise TypeError(f"posterize supports uint8 and float images, got {img.dtype}")
+
+
+@dispatcher
+def posterize(inpt, bits):
+    """Keep the ``bits`` most significant bits of each channel."""
+
+
+def _invert(img):
+    check_image(img)
+    if img.dtype == torch.uint8:
+        return img.bitwise_not()
+    return max_value(img.dtype) - img
+
+
+@dispatcher
+def invert(inpt):
+    """``max - value`` per channel."""
+
+
+def _solarize(img, threshold):
+    check_image(img)
+    if threshold > max_value(img.dtype):
+        raise ValueError(f"threshold must not exceed {max_value(img.dtype)}, got {threshold!r}")
+    return torch.where(img >= threshold, _invert(img), img)
+
+
+@dispatcher
+def solarize(inpt, threshold):
+    """Invert the values at or above ``threshold``."""
+
+
+def _autocontrast(img):
+    check_image(img)
+    bound = max_value(img.dtype)
+    xf = img.to(torch.float32)
+    lo = xf.amin(dim=(-2, -1), keepdim=True)
+    hi = xf.amax(dim=(-2, -1), keepdim=True)
+    flat = hi == lo
+    scale = bound / torch.where(flat, torch.ones_like(hi), hi - lo)
+    lo = torch.where(flat, torch.zeros_like(lo), lo)
+    scale = torch.where(flat, torch.ones_like(scale), scale)
+    return _back((xf - lo) * scale, img.dtype)
+
+
+@dispatcher
+def autocontrast(inpt):
+    """Stretch each channel to the full range."""
+
+
+def _equalize(img):
+    check_image(img)
+    if img.numel() == 0:
+        return img.clone()
+    if img.dtype.is_floating_point:
+        u8 = _from_unit_float(img.clamp(0, 1), torch.uint8)
+    elif img.dtype == torch.uint8:
+        u8 = img
+    else:
+        raise TypeError(f"equalize supports uint8 and float images, got {img.dtype}")
+    flat = u8.reshape(-1, u8.shape[-2] * u8.shape[-1]).long()
+    hist = torch.zeros(flat.shape[0], 256, dtype=torch.long, device=img.device)
+    hist.scatter_add_(1, flat, torch.ones_like(flat))
+    # Pillow's rule: step from all pixels but those of the last occupied bin
+    last = 255 - hist.flip(1).ne(0).long().argmax(1)
+    last_count = hist.gather(1, last[:, None]).squeeze(1)
+    step = (flat.shape[1] - last_count) // 255
+    cum = hist.cumsum(1) - hist
+    safe = step.clamp(min=1)[:, None]
+    lut = ((cum + safe // 2) // safe).clamp(max=255)
+    lut = torch.where(step[:, None] == 0, torch.arange(256, device=img.device).expand_as(lut), lut)
+    out = lut.gather(1, flat).to(torch.uint8).reshape(u8.shape)
+    return _to_unit_float(out).to(img.dtype) if img.dtype.is_floating_point else out
+
+
+@dispatcher
+def equalize(inpt):
+    """Histogram equalisation per channel (Pillow's ImageOps.equalize rule)."""
+
+
+for _f, _k in [(rgb_to_grayscale, _rgb_to_grayscale_image), (adjust_brightness, _brightness),
+               (adjust_contrast, _contrast), (adjust_saturation, _saturation), (adjust_hue, _hue),
+               (adjust_sharpness, _sharpness), (adjust_gamma, _gamma), (posterize, _posterize),
+               (invert, _invert), (solarize, _solarize), (autocontrast, _autocontrast),
+               (equalize, _equalize)]:
+    register_image(_f, _k)
+    register_passthrough(_f, *_NON_IMAGE)

@@ -1,0 +1,707 @@
+"""Geometric functionals: flips, resize, crops, pad, rotate, affine and perspective warps.
+
+Scalar parameters act on every image; 1-d tensor parameters of length N (``top``,
+``angle``, ...) act per sample along dim 0, vectorised on the input's device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as tF
+
+from ember.vision import tv_tensors
+from ember.vision.transforms.functional._boxes import clamp_xyxy, in_xyxy
+from ember.vision.transforms.functional._registry import (
+    dispatcher,
+    register_boxes,
+    register_image,
+    register_mask,
+)
+from ember.vision.transforms.functional._utils import (
+    InterpolationMode,
+    as_interpolation,
+    flatten_batch,
+    from_float,
+    is_batched_param,
+    max_value,
+)
+
+
+def _size_of(inpt) -> tuple[int, int]:
+    if isinstance(inpt, tv_tensors.BoundingBoxes):
+        return inpt.canvas_size
+    if not isinstance(inpt, torch.Tensor) or inpt.ndim < 2:
+        raise TypeError(f"expected an image, video, mask or boxes tensor, "
+                        f"got {type(inpt).__name__}")
+    return int(inpt.shape[-2]), int(inpt.shape[-1])
+
+
+def get_size(inpt) -> list[int]:
+    """``[height, width]`` of an image, video, mask or the canvas of boxes."""
+    return list(_size_of(inpt))
+
+
+def _vec(v, trailing: int = 0) -> torch.Tensor:
+    """A parameter as a float64 CPU tensor with a leading batch dim (1 for a scalar)."""
+    t = torch.as_tensor(v, dtype=torch.float64).cpu()
+    return t.unsqueeze(0) if t.ndim == trailing else t
+
+
+def _coord(v, xyxy: torch.Tensor) -> torch.Tensor:
+    """A scalar or [N] parameter broadcast to the box dims ``xyxy.shape[:-1]``."""
+    t = torch.as_tensor(v, dtype=xyxy.dtype, device=xyxy.device)
+    if t.ndim == 1:
+        t = t.view((-1,) + (1,) * (xyxy.ndim - 2))
+    return t.expand(xyxy.shape[:-1])
+
+
+# ----------------------------------------------------------------------------- flips
+
+@dispatcher
+def horizontal_flip(inpt):
+    """Mirror left-right."""
+
+
+@dispatcher
+def vertical_flip(inpt):
+    """Mirror top-bottom."""
+
+
+def _hflip_boxes(xyxy, canvas):
+    x1, y1, x2, y2 = xyxy.unbind(-1)
+    return torch.stack([canvas[1] - x2, y1, canvas[1] - x1, y2], -1), canvas
+
+
+def _vflip_boxes(xyxy, canvas):
+    x1, y1, x2, y2 = xyxy.unbind(-1)
+    return torch.stack([x1, canvas[0] - y2, x2, canvas[0] - y1], -1), canvas
+
+
+register_image(horizontal_flip, lambda x: x.flip(-1))
+register_mask(horizontal_flip, lambda x: x.flip(-1))
+register_boxes(horizontal_flip, in_xyxy(_hflip_boxes))
+register_image(vertical_flip, lambda x: x.flip(-2))
+register_mask(vertical_flip, lambda x: x.flip(-2))
+register_boxes(vertical_flip, in_xyxy(_vflip_boxes))
+
+
+# ----------------------------------------------------------------------------- resize
+
+def _check_size(size, name="size", allow_none=False):
+    if size is None and allow_none:
+        return None
+    if isinstance(size, int):
+        size = [size]
+    if (not isinstance(size, (list, tuple)) or len(size) not in (1, 2)
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size)):
+        raise ValueError(f"{name} must be a positive int or a sequence of 1 or 2 positive ints, "
+                         f"got {size!r}")
+    return list(size)
+
+
+def output_size(h: int, w: int, size, max_size: int | None = None) -> tuple[int, int]:
+    """Resize's output (height, width) for an input of (h, w), with torchvision's rules."""
+    size = _check_size(size, allow_none=max_size is not None)
+    if max_size is not None and (not isinstance(max_size, int) or max_size <= 0):
+        raise ValueError(f"max_size must be a positive int or None, got {max_size!r}")
+    if size is None:
+        scale = max_size / max(h, w)
+        return max(1, int(h * scale)), max(1, int(w * scale))
+    if len(size) == 2:
+        if max_size is not None:
+            raise ValueError("max_size is only supported when size is a single int")
+        return size[0], size[1]
+    short, long = (h, w) if h <= w else (w, h)
+    new_short, new_long = size[0], int(size[0] * long / short)
+    if max_size is not None:
+        if max_size <= size[0]:
+            raise ValueError(f"max_size ({max_size}) must be larger than size ({size[0]})")
+        if new_long > max_size:
+            new_short, new_long = int(max_size * new_short / new_long), max_size
+    return (new_short, new_long) if h <= w else (new_long, new_short)
+
+
+def _nearest_index(n_in: int, n_out: int, exact: bool, device) -> torch.Tensor:
+    i = torch.arange(n_out, device=device, dtype=torch.float64)
+    src = ((i + 0.5) if exact else i) * (n_in / n_out)
+    return src.floor().long().clamp_(0, n_in - 1)
+
+
+def _resize_nearest(x: torch.Tensor, oh: int, ow: int, exact: bool = False) -> torch.Tensor:
+    h, w = x.shape[-2:]
+    rows = _nearest_index(h, oh, exact, x.device)
+    cols = _nearest_index(w, ow, exact, x.device)
+    return x.index_select(-2, rows).index_select(-1, cols)
+
+
+def _resize_image(img, size, interpolation=InterpolationMode.BILINEAR, max_size=None,
+                  antialias=True):
+    mode = as_interpolation(interpolation)
+    if img.ndim < 3:
+        raise ValueError(f"image must have shape [..., C, H, W], got {tuple(img.shape)}")
+    h, w = img.shape[-2:]
+    oh, ow = output_size(h, w, size, max_size)
+    if (oh, ow) == (h, w):
+        return img.clone()
+    x, lead = flatten_batch(img, 3)
+    if x.numel() == 0:
+        return img.new_empty(lead + (img.shape[-3], oh, ow))
+    if mode in (InterpolationMode.NEAREST, InterpolationMode.NEAREST_EXACT):
+        out = _resize_nearest(x, oh, ow, mode == InterpolationMode.NEAREST_EXACT)
+    else:
+        aa = bool(antialias)
+        if x.dtype == torch.uint8 and x.device.type == "cpu" and mode == InterpolationMode.BILINEAR:
+            # torch's uint8 channels-last kernel is Pillow's fixed-point algorithm
+            out = tF.interpolate(x.contiguous(memory_format=torch.channels_last), size=(oh, ow),
+                                 mode=mode.value, align_corners=False, antialias=aa).contiguous()
+        elif not x.dtype.is_floating_point and aa:
+            # Pillow's separable filters (bicubic a=-0.5), exact to 1 level on integer images
+            n = x.shape[0]
+            full = [torch.zeros(n, device=x.device), torch.zeros(n, device=x.device),
+                    torch.full((n,), h, device=x.device), torch.full((n,), w, device=x.device)]
+            out = _resized_crop_dense(x, *full, oh, ow, mode, True)
+        else:
+            xf = x if x.dtype in (torch.float32, torch.float64) else x.to(torch.float32)
+            out = tF.interpolate(xf, size=(oh, ow), mode=mode.value, align_corners=False,
+                                 antialias=aa)
+            if not img.dtype.is_floating_point:
+                out = from_float(out, img.dtype)
+            else:
+                out = out.to(img.dtype)
+    return out.reshape(lead + out.shape[-3:])
+
+
+def _resize_mask(mask, size, interpolation=None, max_size=None, antialias=None):
+    h, w = mask.shape[-2:]
+    oh, ow = output_size(h, w, size, max_size)
+    return _resize_nearest(mask, oh, ow)
+
+
+def _resize_boxes(xyxy, canvas, size, interpolation=None, max_size=None, antialias=None):
+    oh, ow = output_size(canvas[0], canvas[1], size, max_size)
+    scale = xyxy.new_tensor([ow / canvas[1], oh / canvas[0]] * 2)
+    return xyxy * scale, (oh, ow)
+
+
+@dispatcher
+def resize(inpt, size, interpolation=InterpolationMode.BILINEAR, max_size=None, antialias=True):
+    """Resize to ``size`` ([h, w], or the shorter edge); antialiased bilinear by default."""
+
+
+register_image(resize, _resize_image)
+register_mask(resize, _resize_mask)
+register_boxes(resize, in_xyxy(_resize_boxes))
+
+
+# ----------------------------------------------------------------------------- crop
+
+def _crop_per_sample(x, top, left, height: int, width: int):
+    n = x.shape[0]
+    h, w = x.shape[-2:]
+    dev = x.device
+    rows = top.to(dev).long().view(n, 1) + torch.arange(height, device=dev)
+    cols = left.to(dev).long().view(n, 1) + torch.arange(width, device=dev)
+    flat = x.reshape(n, -1, h, w)
+    m = flat.shape[1]
+    out = flat.gather(2, rows.clamp(0, h - 1)[:, None, :, None].expand(n, m, height, w))
+    out = out.gather(3, cols.clamp(0, w - 1)[:, None, None, :].expand(n, m, height, width))
+    inside = (((rows >= 0) & (rows < h))[:, None, :, None]
+              & ((cols >= 0) & (cols < w))[:, None, None])
+    if not bool(inside.all()):
+        out = out * inside.to(out.dtype) if out.dtype != torch.bool else out & inside
+    return out.reshape(x.shape[:-2] + (height, width))
+
+
+def _crop_any(x, top, left, height, width):
+    if not isinstance(height, int) or not isinstance(width, int) or height < 0 or width < 0:
+        raise ValueError(f"height and width must be non-negative ints, got {height!r}, {width!r}")
+    if is_batched_param(top, left):
+        if x.ndim < 3:
+            raise ValueError("per-sample crop needs a batch dimension (dim 0) on the input")
+        if x.shape[0] == 0:
+            return x.new_empty(x.shape[:-2] + (height, width))
+        return _crop_per_sample(x, torch.as_tensor(top), torch.as_tensor(left), height, width)
+    top, left = int(top), int(left)
+    h, w = x.shape[-2:]
+    if top >= 0 and left >= 0 and top + height <= h and left + width <= w:
+        return x[..., top:top + height, left:left + width].clone()
+    out = x.new_zeros(x.shape[:-2] + (height, width))
+    y0, y1 = max(top, 0), min(top + height, h)
+    x0, x1 = max(left, 0), min(left + width, w)
+    if y1 > y0 and x1 > x0:
+        out[..., y0 - top:y1 - top, x0 - left:x1 - left] = x[..., y0:y1, x0:x1]
+    return out
+
+
+def _crop_boxes(xyxy, canvas, top, left, height, width):
+    lft, tp = _coord(left, xyxy), _coord(top, xyxy)
+    out = xyxy - torch.stack([lft, tp, lft, tp], -1)
+    return clamp_xyxy(out, (height, width)), (height, width)
+
+
+@dispatcher
+def crop(inpt, top, left, height, width):
+    """Cut the window at (top, left) of (height, width); outside the input is zero."""
+
+
+register_image(crop, _crop_any)
+register_mask(crop, _crop_any)
+register_boxes(crop, in_xyxy(_crop_boxes))
+
+
+def center_crop(inpt, output_size: int | Sequence[int]):
+    """The central window of ``output_size``, zero-padded when larger than the input."""
+    size = _check_size(output_size, "output_size")
+    oh, ow = (size[0], size[0]) if len(size) == 1 else size
+    h, w = _size_of(inpt)
+    return crop(inpt, int(round((h - oh) / 2.0)), int(round((w - ow) / 2.0)), oh, ow)
+
+
+def five_crop(inpt, size: int | Sequence[int]):
+    """The four corner crops and the central crop: (tl, tr, bl, br, center)."""
+    s = _check_size(size)
+    ch, cw = (s[0], s[0]) if len(s) == 1 else s
+    h, w = _size_of(inpt)
+    if ch > h or cw > w:
+        raise ValueError(f"size {(ch, cw)} is larger than the input size {(h, w)}")
+    return (crop(inpt, 0, 0, ch, cw), crop(inpt, 0, w - cw, ch, cw),
+            crop(inpt, h - ch, 0, ch, cw), crop(inpt, h - ch, w - cw, ch, cw),
+            center_crop(inpt, [ch, cw]))
+
+
+# ----------------------------------------------------------------------------- resized crop
+
+def _filter_bilinear(x):
+    return (1 - x.abs()).clamp_(min=0)
+
+
+def _filter_bicubic(x, a=-0.5):
+    x = x.abs()
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return torch.where(x < 1, near, torch.where(x < 2, far, torch.zeros_like(x)))
+
+
+_FILTERS = {InterpolationMode.BILINEAR: (_filter_bilinear, 1.0),
+            InterpolationMode.BICUBIC: (_filter_bicubic, 2.0)}
+
+
+def _resample_weights(n_in: int, start, length, n_out: int, mode, antialias: bool, device):
+    """Dense [N, n_out, n_in] Pillow-style weights resampling the windows [start, start+length)."""
+    fn, support = _FILTERS[mode]
+    start = start.to(device, torch.float64).view(-1, 1, 1)
+    length = length.to(device, torch.float64).view(-1, 1, 1)
+    scale = length / n_out
+    ss = (1.0 / scale.clamp(min=1.0)) if antialias else torch.ones_like(scale)
+    sup = support / ss
+    center = (torch.arange(n_out, device=device, dtype=torch.float64).view(1, -1, 1) + 0.5) * scale
+    j = torch.arange(n_in, device=device, dtype=torch.float64).view(1, 1, -1) - start
+    lo = (center - sup + 0.5).floor().clamp(min=0)
+    hi = torch.minimum((center + sup + 0.5).floor(), length)
+    wts = fn((j - center + 0.5) * ss) * ((j >= lo) & (j < hi))
+    return (wts / wts.sum(-1, keepdim=True).clamp(min=1e-12)).to(torch.float32)
+
+
+def _resized_crop_image(img, top, left, height, width, size,
+                        interpolation=InterpolationMode.BILINEAR, antialias=True):
+    mode = as_interpolation(interpolation)
+    if not is_batched_param(top, left, height, width):
+        return _resize_image(_crop_any(img, int(top), int(left), int(height), int(width)), size,
+                             mode, antialias=antialias)
+    s = _check_size(size)
+    oh, ow = (s[0], s[0]) if len(s) == 1 else s
+    n = img.shape[0]
+    if n == 0:
+        return img.new_empty(img.shape[:-2] + (oh, ow))
+    params = [torch.as_tensor(v, device=img.device).expand(n) for v in (top, left, height, width)]
+    if mode in (InterpolationMode.NEAREST, InterpolationMode.NEAREST_EXACT):
+        return _resized_crop_nearest(img, *params, oh, ow)
+    if img.dtype == torch.uint8 and img.device.type == "cpu":
+        # the fixed-point CPU kernel beats dense weights here; params are already drawn
+        t, lf, hh, ww = (p.tolist() for p in params)
+        return torch.stack([_resized_crop_image(img[i], t[i], lf[i], hh[i], ww[i], [oh, ow], mode,
+                                                antialias) for i in range(n)])
+    return _resized_crop_dense(img, *params, oh, ow, mode, bool(antialias))
+
+
+def _resized_crop_dense(img, top, left, height, width, oh, ow, mode, antialias):
+    """Vectorised per-sample crop + resize: two batched matmuls with separable weights."""
+    n, h, w = img.shape[0], img.shape[-2], img.shape[-1]
+    wy = _resample_weights(h, top, height, oh, mode, antialias, img.device)
+    wx = _resample_weights(w, left, width, ow, mode, antialias, img.device)
+    x = img.reshape(n, -1, h, w)
+    xf = x if x.dtype in (torch.float32, torch.float64) else x.to(torch.float32)
+    # horizontal pass first, rounded for integer images, as Pillow does
+    tmp = torch.matmul(xf, wx.to(xf.dtype).transpose(-1, -2)[:, None])
+    if not img.dtype.is_floating_point:
+        tmp = (tmp + 0.5).floor_().clamp_(0, max_value(img.dtype))
+    out = torch.matmul(wy.to(xf.dtype)[:, None], tmp).reshape(img.shape[:-2] + (oh, ow))
+    return out.to(img.dtype) if img.dtype.is_floating_point else from_float(out, img.dtype)
+
+
+def _resized_crop_nearest(x, top, left, height, width, oh, ow):
+    n = x.shape[0]
+    dev = x.device
+    fy = (torch.arange(oh, device=dev, dtype=torch.float64) * (height.view(n, 1).double() / oh))
+    fx = (torch.arange(ow, device=dev, dtype=torch.float64) * (width.view(n, 1).double() / ow))
+    rows = (top.view(n, 1).long() + fy.floor().long())
+    cols = (left.view(n, 1).long() + fx.floor().long())
+    h, w = x.shape[-2:]
+    flat = x.reshape(n, -1, h, w)
+    m = flat.shape[1]
+    out = flat.gather(2, rows.clamp(0, h - 1)[:, None, :, None].expand(n, m, oh, w))
+    out = out.gather(3, cols.clamp(0, w - 1)[:, None, None, :].expand(n, m, oh, ow))
+    return out.reshape(x.shape[:-2] + (oh, ow))
+
+
+def _resized_crop_mask(mask, top, left, height, width, size, interpolation=None, antialias=None):
+    s = _check_size(size)
+    oh, ow = (s[0], s[0]) if len(s) == 1 else s
+    if not is_batched_param(top, left, height, width):
+        cropped = _crop_any(mask, int(top), int(left), int(height), int(width))
+        return _resize_nearest(cropped, oh, ow)
+    n = mask.shape[0]
+    params = [torch.as_tensor(v, device=mask.device).expand(n) for v in (top, left, height, width)]
+    return _resized_crop_nearest(mask, *params, oh, ow)
+
+
+def _resized_crop_boxes(xyxy, canvas, top, left, height, width, size, interpolation=None,
+                        antialias=None):
+    s = _check_size(size)
+    oh, ow = (s[0], s[0]) if len(s) == 1 else s
+    lft, tp = _coord(left, xyxy), _coord(top, xyxy)
+    out = xyxy - torch.stack([lft, tp, lft, tp], -1)
+    sx, sy = ow / _coord(width, xyxy), oh / _coord(height, xyxy)
+    out = out * torch.stack([sx, sy, sx, sy], -1)
+    return clamp_xyxy(out, (oh, ow)), (oh, ow)
+
+
+@dispatcher
+def resized_crop(inpt, top, left, height, width, size, interpolation=InterpolationMode.BILINEAR,
+                 antialias=True):
+    """Crop the window (top, left, height, width), then resize it to ``size``."""
+
+
+register_image(resized_crop, _resized_crop_image)
+register_mask(resized_crop, _resized_crop_mask)
+register_boxes(resized_crop, in_xyxy(_resized_crop_boxes))
+
+
+# ----------------------------------------------------------------------------- pad
+
+def parse_padding(padding) -> tuple[int, int, int, int]:
+    """int / [lr, tb] / [l, t, r, b] -> (left, top, right, bottom)."""
+    if isinstance(padding, int) and not isinstance(padding, bool):
+        padding = [padding]
+    if (not isinstance(padding, (list, tuple)) or len(padding) not in (1, 2, 4)
+            or not all(isinstance(p, int) and p >= 0 for p in padding)):
+        raise ValueError(f"padding must be a non-negative int or a sequence of 1, 2 or 4 of them, "
+                         f"got {padding!r}")
+    if len(padding) == 1:
+        return (padding[0],) * 4
+    if len(padding) == 2:
+        return padding[0], padding[1], padding[0], padding[1]
+    return tuple(padding)
+
+
+_PAD_MODES = ("constant", "edge", "reflect", "symmetric")
+
+
+def _pad_index(n: int, before: int, after: int, mode: str, device) -> torch.Tensor:
+    idx = torch.arange(-before, n + after, device=device)
+    if mode == "edge" or n == 1:
+        return idx.clamp(0, n - 1)
+    if mode == "reflect":
+        p = 2 * (n - 1)
+        m = idx % p
+        return torch.where(m < n, m, p - m)
+    p = 2 * n
+    m = idx % p
+    return torch.where(m < n, m, p - 1 - m)
+
+
+def _fill_tensor(fill, x: torch.Tensor, channel_dim: bool) -> torch.Tensor | float:
+    if fill is None:
+        return 0
+    if isinstance(fill, (int, float)):
+        return fill
+    f = torch.as_tensor(fill, dtype=x.dtype, device=x.device)
+    if f.ndim != 1 or (channel_dim and f.shape[0] not in (1, x.shape[-3])):
+        raise ValueError(f"fill must be a number or one value per channel, got {fill!r}")
+    return f.view(-1, 1, 1) if channel_dim else f
+
+
+def _pad_any(x, padding, fill=None, padding_mode="constant", channel_dim=True):
+    if padding_mode not in _PAD_MODES:
+        raise ValueError(f"padding_mode must be one of {_PAD_MODES}, got {padding_mode!r}")
+    left, top, right, bottom = parse_padding(padding)
+    h, w = x.shape[-2:]
+    if padding_mode == "constant":
+        out = x.new_empty(x.shape[:-2] + (h + top + bottom, w + left + right))
+        f = _fill_tensor(fill, x, channel_dim and x.ndim >= 3)
+        if isinstance(f, torch.Tensor):
+            out.copy_(f.expand(out.shape))
+        else:
+            out.fill_(f)
+        out[..., top:top + h, left:left + w] = x
+        return out
+    if h == 0 or w == 0:
+        raise ValueError(f"padding_mode {padding_mode!r} needs a non-empty image")
+    if padding_mode == "reflect" and (max(top, bottom) >= h or max(left, right) >= w):
+        raise ValueError("reflect padding must be smaller than the image size")
+    rows = _pad_index(h, top, bottom, padding_mode, x.device)
+    cols = _pad_index(w, left, right, padding_mode, x.device)
+    return x.index_select(-2, rows).index_select(-1, cols)
+
+
+def _pad_boxes(xyxy, canvas, padding, fill=None, padding_mode="constant"):
+    left, top, right, bottom = parse_padding(padding)
+    out = xyxy + xyxy.new_tensor([left, top, left, top])
+    return out, (canvas[0] + top + bottom, canvas[1] + left + right)
+
+
+@dispatcher
+def pad(inpt, padding, fill=None, padding_mode="constant"):
+    """Pad the borders: constant (``fill``), edge, reflect or symmetric."""
+
+
+register_image(pad, _pad_any)
+register_mask(pad, lambda x, padding, fill=None, padding_mode="constant":
+              _pad_any(x, padding, 0 if fill is None else fill, padding_mode, channel_dim=False))
+register_boxes(pad, in_xyxy(_pad_boxes))
+
+
+# ----------------------------------------------------------------------------- affine warps
+
+def affine_matrix(angle, translate, scale, shear, center) -> torch.Tensor:
+    """Forward [B, 3, 3] matrices in pixel coordinates (x right, y down; angle clockwise)."""
+    angle, scale = _vec(angle), _vec(scale)
+    translate, shear, center = _vec(translate, 1), _vec(shear, 1), _vec(center, 1)
+    rot = torch.deg2rad(angle)
+    sx, sy = torch.deg2rad(shear[..., 0]), torch.deg2rad(shear[..., 1])
+    a = torch.cos(rot - sy) / torch.cos(sy)
+    b = -torch.cos(rot - sy) * torch.tan(sx) / torch.cos(sy) - torch.sin(rot)
+    c = torch.sin(rot - sy) / torch.cos(sy)
+    d = -torch.sin(rot - sy) * torch.tan(sx) / torch.cos(sy) + torch.cos(rot)
+    a, b, c, d, s, tx, ty, cx, cy = torch.broadcast_tensors(
+        a, b, c, d, scale, translate[..., 0], translate[..., 1], center[..., 0], center[..., 1])
+    m = torch.zeros(a.shape + (3, 3), dtype=torch.float64)
+    m[..., 0, 0], m[..., 0, 1] = a * s, b * s
+    m[..., 1, 0], m[..., 1, 1] = c * s, d * s
+    m[..., 0, 2] = cx + tx - (a * s * cx + b * s * cy)
+    m[..., 1, 2] = cy + ty - (c * s * cx + d * s * cy)
+    m[..., 2, 2] = 1.0
+    return m
+
+
+def _source_points(minv: torch.Tensor, oh: int, ow: int, device):
+    ys, xs = torch.meshgrid(torch.arange(oh, dtype=torch.float64) + 0.5,
+                            torch.arange(ow, dtype=torch.float64) + 0.5, indexing="ij")
+    pts = torch.stack([xs, ys, torch.ones_like(xs)], -1).reshape(-1, 3)
+    src = pts @ minv.transpose(-1, -2)
+    sx, sy = src[..., 0] / src[..., 2], src[..., 1] / src[..., 2]
+    b = minv.shape[0]
+    return sx.reshape(b, oh, ow).to(device), sy.reshape(b, oh, ow).to(device)
+
+
+def _warp(x, minv, out_hw, interpolation, fill, channel_dim=True):
+    """Sample ``x`` at ``minv`` applied to output pixel centres, Pillow's rules at the borders."""
+    mode = as_interpolation(interpolation)
+    h, w = x.shape[-2:]
+    oh, ow = out_hw
+    keep = 3 if channel_dim else 2
+    flat, lead = flatten_batch(x, keep)
+    n = flat.shape[0]
+    if n == 0:
+        return x.new_empty(lead + tuple(x.shape[-keep:-2]) + (oh, ow))
+    if minv.shape[0] not in (1, n):
+        raise ValueError(f"got {minv.shape[0]} per-sample parameters for a batch of {n}")
+    sx, sy = _source_points(minv, oh, ow, x.device)
+    inside = ((sx >= 0) & (sx < w) & (sy >= 0) & (sy < h))
+    if not channel_dim:
+        flat = flat.unsqueeze(1)
+    if mode in (InterpolationMode.NEAREST, InterpolationMode.NEAREST_EXACT):
+        ix = sx.floor().long().clamp_(0, w - 1)
+        iy = sy.floor().long().clamp_(0, h - 1)
+        lin = (iy * w + ix).reshape(minv.shape[0], 1, -1).expand(n, flat.shape[1], -1)
+        out = flat.reshape(n, flat.shape[1], -1).gather(2, lin).reshape(n, -1, oh, ow)
+    else:
+        grid = torch.stack([sx * 2 / w - 1, sy * 2 / h - 1], -1).to(torch.float32)
+        xf = flat if flat.dtype in (torch.float32, torch.float64) else flat.to(torch.float32)
+        out = tF.grid_sample(xf, grid.expand(n, -1, -1, -1).to(xf.dtype), mode=mode.value,
+                             padding_mode="border", align_corners=False)
+        # Pillow truncates bilinear results of integer images
+        out = out.to(x.dtype) if x.dtype.is_floating_point else from_float(out, x.dtype,
+                                                                            round_=False)
+    f = _fill_tensor(fill, out, True)
+    f = torch.as_tensor(f, dtype=out.dtype, device=out.device)
+    out = torch.where(inside.unsqueeze(1), out, f.view(-1, 1, 1) if f.ndim else f)
+    if not channel_dim:
+        out = out.squeeze(1)
+    return out.reshape(lead + tuple(out.shape[1:]))
+
+
+def _per_sample_fits(x, m):
+    if m.shape[0] > 1 and (x.ndim < 3 or x.shape[0] != m.shape[0]):
+        raise ValueError(f"per-sample parameters for {m.shape[0]} samples need an input whose "
+                         f"dim 0 is the batch, got shape {tuple(x.shape)}")
+
+
+def _warp_typed(x, m, out_hw, interpolation, fill, channel_dim):
+    _per_sample_fits(x, m)
+    if m.shape[0] > 1:
+        # per-sample: dim 0 is the batch, everything between it and the image dims is shared
+        n = x.shape[0]
+        keep = 3 if channel_dim else 2
+        inner = x.reshape((n, -1) + tuple(x.shape[-keep:]))
+        res = torch.stack([_warp(inner[:, j], torch.linalg.inv(m), out_hw, interpolation, fill,
+                                 channel_dim) for j in range(inner.shape[1])], 1)
+        return res.reshape(x.shape[:-2] + tuple(out_hw))
+    return _warp(x, torch.linalg.inv(m), out_hw, interpolation, fill, channel_dim)
+
+
+def _corners_xyxy(xyxy):
+    x1, y1, x2, y2 = xyxy.unbind(-1)
+    return torch.stack([torch.stack([x1, y1], -1), torch.stack([x2, y1], -1),
+                        torch.stack([x1, y2], -1), torch.stack([x2, y2], -1)], -2)
+
+
+def _transform_boxes(xyxy, m, out_hw):
+    pts = _corners_xyxy(xyxy.to(torch.float64))  # [..., K, 4, 2]
+    pts = torch.cat([pts, torch.ones_like(pts[..., :1])], -1)
+    mm = m.to(xyxy.device)
+    if mm.shape[0] > 1:
+        mm = mm.view((mm.shape[0],) + (1,) * (pts.ndim - 3) + (3, 3))
+    else:
+        mm = mm[0]
+    out = pts @ mm.transpose(-1, -2)
+    xy = out[..., :2] / out[..., 2:]
+    mins, maxs = xy.amin(-2), xy.amax(-2)
+    res = torch.cat([mins, maxs], -1).to(xyxy.dtype)
+    return clamp_xyxy(res, out_hw), out_hw
+
+
+@dispatcher
+def affine(inpt, angle, translate, scale, shear, interpolation=InterpolationMode.NEAREST,
+           fill=None, center=None):
+    """Affine warp about ``center`` (default the image centre); ``angle`` clockwise in degrees."""
+
+
+def _affine_params(canvas, angle, translate, scale, shear, center):
+    h, w = canvas
+    if isinstance(shear, (int, float)):
+        shear = [float(shear), 0.0]
+    if center is None:
+        center = [w * 0.5, h * 0.5]
+    if not isinstance(translate, torch.Tensor) and len(translate) != 2:
+        raise ValueError(f"translate must be a sequence of 2 numbers, got {translate!r}")
+    if not isinstance(scale, torch.Tensor) and scale <= 0:
+        raise ValueError(f"scale must be positive, got {scale!r}")
+    return affine_matrix(angle, translate, scale, shear, center)
+
+
+def _affine_image(img, angle, translate, scale, shear, interpolation=InterpolationMode.NEAREST,
+                  fill=None, center=None, channel_dim=True):
+    m = _affine_params(img.shape[-2:], angle, translate, scale, shear, center)
+    return _warp_typed(img, m, tuple(img.shape[-2:]), interpolation, fill, channel_dim)
+
+
+def _affine_boxes(xyxy, canvas, angle, translate, scale, shear, interpolation=None, fill=None,
+                  center=None):
+    return _transform_boxes(xyxy, _affine_params(canvas, angle, translate, scale, shear, center),
+                            canvas)
+
+
+register_image(affine, _affine_image)
+def _affine_mask(mask, angle, translate, scale, shear, interpolation=None, fill=None,
+                 center=None):
+    return _affine_image(mask, angle, translate, scale, shear, InterpolationMode.NEAREST, fill,
+                         center, channel_dim=False)
+
+
+register_mask(affine, _affine_mask)
+register_boxes(affine, in_xyxy(_affine_boxes))
+
+
+def _rotate_params(canvas, angle, expand, center):
+    h, w = canvas
+    neg = -angle if isinstance(angle, torch.Tensor) else -float(angle)
+    m = _affine_params(canvas, neg, [0.0, 0.0], 1.0, [0.0, 0.0], center)
+    if not expand:
+        return m, (h, w)
+    if m.shape[0] > 1:
+        raise ValueError("expand=True needs one angle for the batch (outputs must share a size)")
+    corners = torch.tensor([[0, 0, 1], [w, 0, 1], [w, h, 1], [0, h, 1]], dtype=torch.float64)
+    pts = (corners @ m[0].T)[:, :2].round(decimals=6)
+    nw = int(math.ceil(pts[:, 0].max()) - math.floor(pts[:, 0].min()))
+    nh = int(math.ceil(pts[:, 1].max()) - math.floor(pts[:, 1].min()))
+    shift = torch.eye(3, dtype=torch.float64)
+    shift[0, 2], shift[1, 2] = (nw - w) / 2, (nh - h) / 2
+    return shift @ m, (nh, nw)
+
+
+@dispatcher
+def rotate(inpt, angle, interpolation=InterpolationMode.NEAREST, expand=False, center=None,
+           fill=None):
+    """Rotate counter-clockwise by ``angle`` degrees; ``expand`` grows the canvas to fit."""
+
+
+def _rotate_image(img, angle, interpolation=InterpolationMode.NEAREST, expand=False, center=None,
+                  fill=None, channel_dim=True):
+    m, out_hw = _rotate_params(tuple(img.shape[-2:]), angle, expand, center)
+    return _warp_typed(img, m, out_hw, interpolation, fill, channel_dim)
+
+
+def _rotate_boxes(xyxy, canvas, angle, interpolation=None, expand=False, center=None, fill=None):
+    m, out_hw = _rotate_params(canvas, angle, expand, center)
+    return _transform_boxes(xyxy, m, out_hw)
+
+
+register_image(rotate, _rotate_image)
+register_mask(rotate, lambda x, angle, interpolation=None, expand=False, center=None, fill=None:
+              _rotate_image(x, angle, InterpolationMode.NEAREST, expand, center, fill,
+                            channel_dim=False))
+register_boxes(rotate, in_xyxy(_rotate_boxes))
+
+
+def perspective_matrix(startpoints, endpoints) -> torch.Tensor:
+    """Forward [B, 3, 3] homographies taking ``startpoints`` to ``endpoints`` ([B?, 4, 2])."""
+    src = torch.as_tensor(startpoints, dtype=torch.float64)
+    dst = torch.as_tensor(endpoints, dtype=torch.float64)
+    if src.shape[-2:] != (4, 2) or dst.shape[-2:] != (4, 2):
+        raise ValueError(f"startpoints and endpoints must have shape [..., 4, 2], got "
+                         f"{tuple(src.shape)} and {tuple(dst.shape)}")
+    src, dst = torch.broadcast_tensors(src.reshape(-1, 4, 2), dst.reshape(-1, 4, 2))
+    x, y = src[..., 0], src[..., 1]
+    u, v = dst[..., 0], dst[..., 1]
+    z, o = torch.zeros_like(x), torch.ones_like(x)
+    rows_u = torch.stack([x, y, o, z, z, z, -x * u, -y * u], -1)
+    rows_v = torch.stack([z, z, z, x, y, o, -x * v, -y * v], -1)
+    a = torch.cat([rows_u, rows_v], -2)
+    b = torch.cat([u, v], -1)
+    coef = torch.linalg.solve(a, b)
+    return torch.cat([coef, torch.ones_like(coef[..., :1])], -1).reshape(-1, 3, 3)
+
+
+@dispatcher
+def perspective(inpt, startpoints, endpoints, interpolation=InterpolationMode.BILINEAR, fill=None):
+    """Warp so that the 4 ``startpoints`` land on ``endpoints`` (per-sample: [N, 4, 2])."""
+
+
+def _perspective_image(img, startpoints, endpoints, interpolation=InterpolationMode.BILINEAR,
+                       fill=None, channel_dim=True):
+    m = perspective_matrix(startpoints, endpoints)
+    return _warp_typed(img, m, tuple(img.shape[-2:]), interpolation, fill, channel_dim)
+
+
+def _perspective_boxes(xyxy, canvas, startpoints, endpoints, interpolation=None, fill=None):
+    return _transform_boxes(xyxy, perspective_matrix(startpoints, endpoints), canvas)
+
+
+register_image(perspective, _perspective_image)
+register_mask(perspective, lambda x, s, e, interpolation=None, fill=None: _perspective_image(
+    x, s, e, InterpolationMode.NEAREST, fill, channel_dim=False))
+register_boxes(perspective, in_xyxy(_perspective_boxes))

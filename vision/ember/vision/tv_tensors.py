@@ -1,0 +1,148 @@
+"""Typed samples: tensor subclasses that tell transforms what a tensor holds.
+
+``Image``, ``Video``, ``Mask`` and ``BoundingBoxes`` (with ``format`` and ``canvas_size``)
+behave as plain tensors; torch ops on them return plain tensors, as in
+torchvision.tv_tensors, and transforms re-wrap their outputs.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["TVTensor", "Image", "Video", "Mask", "BoundingBoxes", "BoundingBoxFormat", "wrap"]
+
+# Ops whose result keeps the subclass (and its metadata): they copy or move, never reinterpret.
+_KEEP_TYPE = {
+    torch.Tensor.clone, torch.Tensor.to, torch.Tensor.detach, torch.Tensor.requires_grad_,
+    torch.Tensor.pin_memory, torch.Tensor.cpu, torch.Tensor.cuda,
+}
+
+
+class TVTensor(torch.Tensor):
+    """Base of the typed samples; results of torch ops are plain tensors."""
+
+    @staticmethod
+    def _to_tensor(data: Any, dtype=None, device=None, requires_grad=None) -> torch.Tensor:
+        if requires_grad is None:
+            requires_grad = data.requires_grad if isinstance(data, torch.Tensor) else False
+        return torch.as_tensor(data, dtype=dtype, device=device).requires_grad_(requires_grad)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **(kwargs or {}))
+        if func in _KEEP_TYPE and isinstance(args[0], TVTensor) and isinstance(out, torch.Tensor):
+            return wrap(out, like=args[0])
+        return out
+
+    def _meta(self) -> dict[str, Any]:
+        return {}
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        with torch._C.DisableTorchFunctionSubclass():
+            body = torch.Tensor.__repr__(self.as_subclass(torch.Tensor))
+        extra = "".join(f", {k}={v!r}" for k, v in self._meta().items())
+        return f"{type(self).__name__}({body}{extra})"
+
+    def __deepcopy__(self, memo):
+        return wrap(self.as_subclass(torch.Tensor).clone(), like=self)
+
+    def __reduce_ex__(self, protocol):
+        return (_rebuild, (type(self), self.as_subclass(torch.Tensor).detach().clone(),
+                           self._meta()))
+
+
+def _rebuild(cls, tensor, meta):
+    out = tensor.as_subclass(cls)
+    for k, v in meta.items():
+        setattr(out, k, v)
+    return out
+
+
+class Image(TVTensor):
+    """An image tensor ``[..., C, H, W]``."""
+
+    def __new__(cls, data: Any, *, dtype=None, device=None, requires_grad=None) -> Image:
+        t = cls._to_tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+        if t.ndim < 2:
+            raise ValueError(f"Image data must have at least 2 dimensions, "
+                             f"got shape {tuple(t.shape)}")
+        if t.ndim == 2:
+            t = t.unsqueeze(0)
+        return t.as_subclass(cls)
+
+
+class Video(TVTensor):
+    """A video tensor ``[..., T, C, H, W]``."""
+
+    def __new__(cls, data: Any, *, dtype=None, device=None, requires_grad=None) -> Video:
+        t = cls._to_tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+        if t.ndim < 4:
+            raise ValueError(f"Video data must have at least 4 dimensions (T, C, H, W), "
+                             f"got shape {tuple(t.shape)}")
+        return t.as_subclass(cls)
+
+
+class Mask(TVTensor):
+    """A segmentation or instance mask ``[..., H, W]``."""
+
+    def __new__(cls, data: Any, *, dtype=None, device=None, requires_grad=None) -> Mask:
+        t = cls._to_tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+        if t.ndim < 2:
+            raise ValueError(f"Mask data must have at least 2 dimensions, "
+                             f"got shape {tuple(t.shape)}")
+        return t.as_subclass(cls)
+
+
+class BoundingBoxFormat(enum.Enum):
+    """Box coordinate layouts (torchvision names)."""
+
+    XYXY = "XYXY"
+    XYWH = "XYWH"
+    CXCYWH = "CXCYWH"
+
+
+def _as_format(fmt: BoundingBoxFormat | str) -> BoundingBoxFormat:
+    if isinstance(fmt, BoundingBoxFormat):
+        return fmt
+    if isinstance(fmt, str) and fmt.upper() in BoundingBoxFormat.__members__:
+        return BoundingBoxFormat[fmt.upper()]
+    raise ValueError(f"format must be one of {list(BoundingBoxFormat.__members__)}, got {fmt!r}")
+
+
+class BoundingBoxes(TVTensor):
+    """Boxes ``[..., N, 4]`` in ``format`` on an image of ``canvas_size`` (H, W)."""
+
+    format: BoundingBoxFormat
+    canvas_size: tuple[int, int]
+
+    def __new__(cls, data: Any, *, format: BoundingBoxFormat | str,
+                canvas_size: Sequence[int], dtype=None, device=None,
+                requires_grad=None) -> BoundingBoxes:
+        t = cls._to_tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+        if t.ndim == 1:
+            t = t.unsqueeze(0)
+        if t.ndim == 0 or t.shape[-1] != 4:
+            raise ValueError(f"BoundingBoxes data must have shape [..., N, 4], "
+                             f"got {tuple(t.shape)}")
+        if len(canvas_size) != 2 or not all(int(s) >= 0 for s in canvas_size):
+            raise ValueError(f"canvas_size must be (height, width), got {canvas_size!r}")
+        out = t.as_subclass(cls)
+        out.format = _as_format(format)
+        out.canvas_size = (int(canvas_size[0]), int(canvas_size[1]))
+        return out
+
+    def _meta(self) -> dict[str, Any]:
+        return {"format": self.format, "canvas_size": self.canvas_size}
+
+
+def wrap(tensor: torch.Tensor, *, like: TVTensor, **meta: Any) -> TVTensor:
+    """``tensor`` as the type of ``like``, with ``like``'s metadata updated by ``meta``."""
+    out = tensor.as_subclass(type(like))
+    for k, v in {**like._meta(), **meta}.items():
+        setattr(out, k, _as_format(v) if k == "format" else v)
+    return out
