@@ -1,0 +1,459 @@
+"""DataLoader2: iterate a pipe graph under a reading service, with exact mid-epoch resume.
+
+One epoch runs ``L`` logical shards of the graph (see :mod:`ember.data.reading_service`),
+merged round-robin (or first-ready with ``in_order=False``). ``state_dict()`` mid-epoch holds
+each shard's iterator state plus the items workers had produced but the caller had not yet
+received, so ``load_state_dict()`` continues with exactly the next item - never replaying.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import wait as wait_connections
+
+import torch
+import torch.utils.data
+
+from ember.core.logs import get_logger
+from ember.data.datapipes.base import IterDataPipe, MapDataPipe
+from ember.data.datapipes.context import derive_seed
+from ember.data.datapipes.iter_basic import IterableWrapper, ShardingFilter
+from ember.data.graph import find_dps, traverse_dps
+from ember.data.reading_service import InProcessReadingService, Plan, ReadingServiceInterface
+from ember.data.transport import SlotReader
+from ember.data.worker import ShardSpec, build_shard_iterator, worker_loop
+
+__all__ = ["DataLoader2", "DataLoader2Iterator"]
+
+log = get_logger("data")
+_POLL = 0.05
+_STATE_VERSION = 1
+
+
+class _Getter:
+    """``dataset[i]`` as a picklable callable."""
+
+    def __init__(self, dataset) -> None:
+        self.dataset = dataset
+
+    def __call__(self, index):
+        return self.dataset[index]
+
+
+def _as_datapipe(data) -> IterDataPipe:
+    if isinstance(data, IterDataPipe):
+        return data
+    if isinstance(data, MapDataPipe) or (isinstance(data, torch.utils.data.Dataset)
+                                         and not isinstance(data,
+                                                            torch.utils.data.IterableDataset)):
+        # Index -> shard -> fetch, so each worker loads only its own samples.
+        return IterableWrapper(range(len(data)), deepcopy=False).sharding_filter().map(
+            _Getter(data))
+    if isinstance(data, torch.utils.data.IterableDataset):
+        return IterableWrapper(data, deepcopy=False)
+    raise TypeError(f"datapipe must be an IterDataPipe, MapDataPipe or torch Dataset, "
+                    f"got {type(data).__name__}")
+
+
+class _InProcess:
+    """Backend running every shard's iterator in this process."""
+
+    def __init__(self, datapipe, seed: int, specs: list[ShardSpec], epoch) -> None:
+        self.epoch = epoch
+        self.iters = {s.local_id: build_shard_iterator(datapipe, seed, s) for s in specs
+                      if s.state != "exhausted"}
+
+    def fetch(self, shard: int):
+        try:
+            return "item", next(self.iters[shard])
+        except StopIteration:
+            self.iters.pop(shard).close()
+            return "end", None
+
+    def fetch_any(self):
+        for s in sorted(self.iters):
+            if s not in self.epoch.exhausted:
+                return s, *self.fetch(s)
+        return None
+
+    def states(self) -> dict:
+        return {s: it.state_dict() for s, it in self.iters.items()}
+
+    def close(self) -> None:
+        for it in self.iters.values():
+            it.close()
+        self.iters.clear()
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class _Workers:
+    """Backend of worker processes; items arrive through each worker's shared-memory slots."""
+
+    def __init__(self, datapipe, seed: int, specs: list[ShardSpec], plan: Plan, epoch) -> None:
+        self.epoch, self.plan = epoch, plan
+        n = min(plan.num_workers, len(specs))
+        if plan.num_workers > len(specs):
+            log.warning("num_workers=%d > %d shards: %d workers stay idle",
+                        plan.num_workers, len(specs), plan.num_workers - len(specs))
+        ctx = multiprocessing.get_context(plan.multiprocessing_context)
+        self.owner = {s.local_id: s.local_id % n for s in specs}
+        self.procs, self.data, self.cmds, self.sems, self.readers = [], [], [], [], []
+        self.alive = set(range(n))
+        self._token = 0
+        try:
+            for w in range(n):
+                data_r, data_w = ctx.Pipe(duplex=False)
+                cmd_r, cmd_w = ctx.Pipe(duplex=False)
+                sem = ctx.Semaphore(plan.prefetch_factor)
+                mine = [s for s in specs if s.local_id % n == w]
+                proc = ctx.Process(
+                    target=worker_loop, name=f"ember-data-worker-{w}", daemon=True,
+                    args=(datapipe, w, n, seed, mine, epoch.cursor, plan.prefetch_factor,
+                          plan.worker_init_fn, data_w, cmd_r, sem, os.getpid()))
+                try:
+                    proc.start()
+                except (pickle.PicklingError, AttributeError, TypeError) as e:
+                    raise TypeError(
+                        f"cannot start workers with multiprocessing_context="
+                        f"{plan.multiprocessing_context!r}: the datapipe and worker_init_fn "
+                        f"must be picklable (no lambdas or local functions): {e}") from e
+                data_w.close()
+                cmd_r.close()
+                self.procs.append(proc)
+                self.data.append(data_r)
+                self.cmds.append(cmd_w)
+                self.sems.append(sem)
+                self.readers.append(SlotReader(plan.prefetch_factor, plan.pin_memory))
+        except BaseException:
+            self.close()
+            raise
+
+    def _recv(self, w: int) -> tuple:
+        conn, proc = self.data[w], self.procs[w]
+        start = time.monotonic()
+        while True:
+            if conn.poll(_POLL):
+                try:
+                    return pickle.loads(conn.recv_bytes())
+                except EOFError:
+                    pass
+            if not proc.is_alive() or conn.closed:
+                if not conn.closed and conn.poll(0):
+                    continue
+                proc.join(0.5)
+                raise RuntimeError(f"DataLoader worker {w} (pid {proc.pid}) exited "
+                                   f"unexpectedly ({_describe_exit(proc.exitcode)})")
+            timeout = self.plan.timeout
+            if timeout is not None and time.monotonic() - start > timeout:
+                raise RuntimeError(f"DataLoader timed out after {timeout}s waiting for "
+                                   f"worker {w} (pid {proc.pid})")
+
+    def _handle(self, w: int, msg: tuple):
+        kind = msg[0]
+        if kind == "item":
+            _, s, data, metas, slot, handle = msg
+            value = self.readers[w].decode(data, metas, handle, slot)
+            self.sems[w].release()
+            self.epoch.pending[s].append(("item", value))
+        elif kind == "end":
+            self.sems[w].release()
+            self.epoch.pending[msg[1]].append(("end", None))
+        elif kind == "error":
+            _, _, name, tb, exc = msg
+            text = f"Caught {name} in DataLoader worker {w} (pid {self.procs[w].pid}).\n" \
+                   f"Original {tb}"
+            err: BaseException = RuntimeError(text)
+            if exc is not None:
+                try:
+                    err = type(pickle.loads(exc))(text)
+                except Exception:
+                    pass
+            raise err
+        return msg
+
+    def fetch(self, shard: int):
+        w = self.owner[shard]
+        while not self.epoch.pending[shard]:
+            self._handle(w, self._recv(w))
+        return self.epoch.pending[shard].popleft()
+
+    def fetch_any(self):
+        pending = self.epoch.pending
+        while True:
+            for s in sorted(pending):
+                if pending[s]:
+                    return s, *pending[s].popleft()
+            live = [self.data[w] for w in sorted(self.alive)]
+            if not live:
+                return None
+            ready = wait_connections(live, timeout=_POLL)
+            if not ready:
+                for w in sorted(self.alive):
+                    if not self.procs[w].is_alive() and not self.data[w].poll(0):
+                        self._recv(w)  # raises with the exit reason
+                continue
+            for conn in ready:
+                w = self.data.index(conn)
+                self._handle(w, self._recv(w))
+
+    def states(self) -> dict:
+        self._token += 1
+        for w in sorted(self.alive):
+            self.cmds[w].send(("state", self._token))
+        out: dict = {}
+        for w in sorted(self.alive):
+            while True:
+                msg = self._handle(w, self._recv(w))
+                if msg[0] == "state" and msg[1] == self._token:
+                    out.update(msg[2])
+                    break
+        return out
+
+    def mark_done(self, shard: int) -> None:
+        w = self.owner[shard]
+        if all(self.owner[s] != w or s in self.epoch.exhausted for s in self.owner):
+            self.alive.discard(w)
+
+    def close(self) -> None:
+        for c in self.cmds:
+            try:
+                c.send(("stop",))
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + 2.0
+        for p in self.procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(1.0)
+            if p.is_alive():
+                p.kill()
+                p.join(1.0)
+        for c in self.cmds + self.data:
+            c.close()
+        self.procs, self.cmds, self.data = [], [], []
+
+
+class _Epoch:
+    """One pass: L shard streams merged; the checkpointable unit of DataLoader2."""
+
+    def __init__(self, datapipe, plan: Plan, seed: int, num_shards: int,
+                 restore: dict | None = None) -> None:
+        self.plan, self.seed, self.L = plan, seed, num_shards
+        self.cursor = 0
+        self.exhausted: set[int] = set()
+        self.pending: dict[int, deque] = {s: deque() for s in range(num_shards)}
+        shard_states: dict = {}
+        if restore is not None:
+            self.cursor = restore["cursor"]
+            self.exhausted = set(restore["exhausted"])
+            shard_states = restore["shards"]
+            for s, items in restore["pending"].items():
+                self.pending[int(s)].extend(tuple(x) for x in items)
+        num_global = plan.world_size * num_shards
+        specs = [ShardSpec(s, plan.rank * num_shards + s, num_global, shard_states.get(s))
+                 for s in range(num_shards)]
+        if plan.num_workers > 0:
+            self.backend = _Workers(datapipe, seed, specs, plan, self)
+        else:
+            self.backend = _InProcess(datapipe, seed, specs, self)
+        self.finished = False
+
+    def _take(self, shard: int):
+        if self.pending[shard]:
+            return self.pending[shard].popleft()
+        return self.backend.fetch(shard)
+
+    def next(self):
+        if self.plan.in_order or isinstance(self.backend, _InProcess):
+            while len(self.exhausted) < self.L:
+                s = self.cursor
+                self.cursor = (s + 1) % self.L
+                if s in self.exhausted:
+                    continue
+                kind, value = self._take(s)
+                if kind == "item":
+                    return value
+                self._exhaust(s)
+        else:
+            while len(self.exhausted) < self.L:
+                got = self.backend.fetch_any()
+                if got is None:
+                    break
+                s, kind, value = got
+                if kind == "item":
+                    return value
+                self._exhaust(s)
+        self.finished = True
+        raise StopIteration
+
+    def _exhaust(self, shard: int) -> None:
+        self.exhausted.add(shard)
+        if isinstance(self.backend, _Workers):
+            self.backend.mark_done(shard)
+
+    def state_dict(self) -> dict:
+        states = self.backend.states()
+        shards = {s: ("exhausted" if s in self.exhausted else states.get(s, "exhausted"))
+                  for s in range(self.L)}
+        return {"seed": self.seed, "num_shards": self.L, "rank": self.plan.rank,
+                "world_size": self.plan.world_size, "cursor": self.cursor,
+                "exhausted": sorted(self.exhausted), "shards": shards,
+                "pending": {s: list(q) for s, q in self.pending.items() if q}}
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+class DataLoader2Iterator(Iterator):
+    """The iterator ``iter(DataLoader2)`` returns; checkpoint through its loader."""
+
+    def __init__(self, loader: DataLoader2) -> None:
+        self.loader = loader
+
+    def __next__(self):
+        return self.loader._next()
+
+    def state_dict(self) -> dict:
+        return self.loader.state_dict()
+
+
+class DataLoader2:
+    """Runs ``datapipe`` under ``reading_service`` (in process by default).
+
+    A torch map-style ``Dataset`` is wrapped as index -> ``sharding_filter`` -> ``dataset[i]``;
+    an ``IterableDataset`` as an ``IterableWrapper`` (resumed by replay).
+    """
+
+    def __init__(self, datapipe, datapipe_adapter_fn: Callable | list | None = None,
+                 reading_service: ReadingServiceInterface | None = None) -> None:
+        dp = _as_datapipe(datapipe)
+        fns = datapipe_adapter_fn if isinstance(datapipe_adapter_fn, (list, tuple)) else (
+            [datapipe_adapter_fn] if datapipe_adapter_fn is not None else [])
+        for fn in fns:
+            dp = fn(dp)
+        if reading_service is None:
+            reading_service = InProcessReadingService()
+        if not isinstance(reading_service, ReadingServiceInterface):
+            raise TypeError(f"reading_service must be a reading service, "
+                            f"got {type(reading_service).__name__}")
+        self.reading_service = reading_service
+        self.datapipe = reading_service.initialize(dp)
+        self._seed_base: int | None = None
+        self._seed_synced = False
+        self._epoch_index = 0
+        self._epoch: _Epoch | None = None
+        self._resume: dict | None = None
+        self._closed = False
+        self._warned_no_shard = False
+
+    def _plan(self) -> Plan:
+        plan = self.reading_service.plan(Plan())
+        if plan.num_workers > 0 or plan.world_size > 1 or plan.shards() > 1:
+            if not find_dps(traverse_dps(self.datapipe), ShardingFilter) \
+                    and not self._warned_no_shard:
+                self._warned_no_shard = True
+                log.warning("the graph has no sharding_filter: every worker/rank yields "
+                            "the whole dataset")
+        return plan
+
+    def seed(self, seed: int) -> None:
+        """Use ``seed`` for the next epoch (later epochs derive from it)."""
+        if not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        self._seed_base, self._epoch_index, self._seed_synced = seed, 0, False
+
+    def __iter__(self) -> DataLoader2Iterator:
+        if self._closed:
+            raise RuntimeError("DataLoader2 was shut down")
+        self._end_epoch()
+        plan = self._plan()
+        if self._resume is not None:
+            it = self._resume
+            self._resume = None
+            if (it["rank"], it["world_size"]) != (plan.rank, plan.world_size):
+                raise ValueError(f"state was saved on rank {it['rank']} of {it['world_size']}, "
+                                 f"loading on rank {plan.rank} of {plan.world_size}")
+            if plan.worker_shards is not None and plan.worker_shards != it["num_shards"]:
+                raise ValueError(f"state has {it['num_shards']} shards but the reading "
+                                 f"service asks for worker_shards={plan.worker_shards}")
+            self._epoch = _Epoch(self.datapipe, plan, it["seed"], it["num_shards"], it)
+        else:
+            if self._seed_base is None:
+                self._seed_base = int(torch.empty((), dtype=torch.int64).random_().item())
+            if plan.sync_seed is not None and not self._seed_synced:
+                self._seed_base = plan.sync_seed(self._seed_base)
+                self._seed_synced = True
+            seed = derive_seed(self._seed_base, self._epoch_index)
+            self._epoch_index += 1
+            self._epoch = _Epoch(self.datapipe, plan, seed, plan.shards())
+        return DataLoader2Iterator(self)
+
+    def _next(self):
+        if self._epoch is None:
+            raise StopIteration
+        try:
+            return self._epoch.next()
+        except StopIteration:
+            self._end_epoch()
+            raise
+        except BaseException:
+            self._end_epoch()
+            raise
+
+    def _end_epoch(self) -> None:
+        if self._epoch is not None:
+            epoch, self._epoch = self._epoch, None
+            epoch.close()
+
+    def state_dict(self) -> dict:
+        """The loader's position: seeds, epoch count and (mid-epoch) every shard's state."""
+        iteration = self._resume
+        if self._epoch is not None and not self._epoch.finished:
+            iteration = self._epoch.state_dict()
+        return {"version": _STATE_VERSION, "seed_base": self._seed_base,
+                "seed_synced": self._seed_synced, "epoch_index": self._epoch_index,
+                "iteration": iteration}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a position; the next ``iter()`` continues the saved epoch exactly."""
+        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
+            raise ValueError("state must be a dict from DataLoader2.state_dict() "
+                             f"(version {_STATE_VERSION})")
+        self._end_epoch()
+        self._seed_base, self._seed_synced = state["seed_base"], state["seed_synced"]
+        self._epoch_index, self._resume = state["epoch_index"], state["iteration"]
+
+    def shutdown(self) -> None:
+        """Stop workers and release the reading service; safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            self._end_epoch()
+            self.reading_service.finalize()
+
+    def __enter__(self) -> DataLoader2:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def __del__(self) -> None:
+        try:
+            self._end_epoch()
+        except Exception:
+            pass
