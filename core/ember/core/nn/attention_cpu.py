@@ -29,7 +29,7 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def _blocks(heads: int, length_q: int, length_k: int) -> tuple[int, int]:
     block_q = min(BLOCK_Q, max(length_q, 1))
-    block_k = max(64, min(BLOCK_K, TILE_ELEMENTS // max(heads * block_q, 1)))
+    block_k = max(16, min(BLOCK_K, TILE_ELEMENTS // max(heads * block_q, 1)))
     return block_q, min(block_k, max(length_k, 1))
 
 
