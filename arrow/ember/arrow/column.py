@@ -590,6 +590,7 @@ class StringMethods:
         return self._s(pc.utf8_lower(self._arr))
 
     def upper(self) -> Column:
+        """Upper case by simple Unicode case mapping (one code point each: ß -> ẞ)."""
         return self._s(pc.utf8_upper(self._arr))
 
     def strip(self) -> Column:

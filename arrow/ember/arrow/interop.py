@@ -50,7 +50,7 @@ def from_arrow(data: pa.Array | pa.ChunkedArray | pa.Table | pa.RecordBatch,
             cols[f.name] = Column(arr, dt.from_arrow_type(arr.type, f.nullable))
         df = DataFrame(cols)
         return df if dtype is None else df.cast(dtype)
-    if isinstance(data, pa.StructArray):
+    if isinstance(data, pa.StructArray) and data.null_count == 0:
         return from_arrow(pa.RecordBatch.from_struct_array(data), dtype)
     if isinstance(data, pa.ChunkedArray):
         data = data.combine_chunks()
