@@ -11,7 +11,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ember.vision import tv_tensors
 from ember.vision.transforms import functional as F
-from ember.vision.transforms._transform import Transform, is_image_like, query_size
+from ember.vision.transforms._transform import Transform, is_image_like, plain, query_size
 from ember.vision.transforms.functional._utils import InterpolationMode, as_interpolation
 
 
@@ -65,7 +65,7 @@ class _BatchMix(Transform):
 
 
 def _as_float_then_back(x, fn):
-    xf = x.as_subclass(torch.Tensor)
+    xf = plain(x)
     res = fn(xf if xf.is_floating_point() else xf.to(torch.float32))
     res = res if x.is_floating_point() else res.round().clamp(0, 255).to(x.dtype)
     return tv_tensors.wrap(res, like=x) if isinstance(x, tv_tensors.TVTensor) else res
@@ -96,8 +96,8 @@ class CutMix(_BatchMix):
 
     def mix(self, x, params):
         y1, y2, x1, x2 = params["box"]
-        out = x.as_subclass(torch.Tensor).clone()
-        out[..., y1:y2, x1:x2] = x.as_subclass(torch.Tensor).roll(1, 0)[..., y1:y2, x1:x2]
+        out = plain(x).clone()
+        out[..., y1:y2, x1:x2] = plain(x).roll(1, 0)[..., y1:y2, x1:x2]
         return tv_tensors.wrap(out, like=x) if isinstance(x, tv_tensors.TVTensor) else out
 
 

@@ -18,6 +18,7 @@ class ColorJitter(Transform):
     """Random brightness, contrast, saturation and hue, applied in a random order.
 
     With ``per_sample=True`` every image gets its own factors (the order is shared per call).
+    Under ``torch.compile`` the order is fixed (brightness, contrast, saturation, hue).
     """
 
     def __init__(self, brightness=None, contrast=None, saturation=None, hue=None,
@@ -33,7 +34,10 @@ class ColorJitter(Transform):
 
     def make_params(self, leaves):
         n, dev = batch_info(leaves) if self.per_sample else (None, None)
-        order = torch.randperm(4).tolist()
+        if torch.compiler.is_compiling():
+            order = [0, 1, 2, 3]  # a drawn order would break the graph; factors stay random
+        else:
+            order = torch.randperm(4).tolist()
         draw = lambda r: None if r is None or r[0] == r[1] == (0.0 if r is self.hue else 1.0) \
             else uniform(*r, n, dev)
         return {"order": order, "factors": [draw(self.brightness), draw(self.contrast),

@@ -17,6 +17,11 @@ def _is_plain(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and not isinstance(x, tv_tensors.TVTensor)
 
 
+def plain(x: torch.Tensor) -> torch.Tensor:
+    """``x`` without its typed-sample subclass."""
+    return x.as_subclass(torch.Tensor) if isinstance(x, tv_tensors.TVTensor) else x
+
+
 def transformed_leaves(leaves: list) -> list[bool]:
     """Which leaves a transform acts on: typed tensors, and the first plain tensor when the
     sample has no ``Image``/``Video`` (it is taken as the image); everything else passes."""
@@ -70,7 +75,7 @@ def select_samples(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> 
         raise ValueError(f"per-sample selection needs the transform to keep the shape, got "
                          f"{tuple(old.shape)} -> {tuple(new.shape)}")
     m = mask.to(new.device).view((-1,) + (1,) * (new.ndim - 1))
-    out = torch.where(m, new.as_subclass(torch.Tensor), old.as_subclass(torch.Tensor))
+    out = torch.where(m, plain(new), plain(old))
     return tv_tensors.wrap(out, like=new) if isinstance(new, tv_tensors.TVTensor) else out
 
 

@@ -20,7 +20,12 @@ _NON_IMAGE = (tv_tensors.Mask, tv_tensors.BoundingBoxes)
 
 
 def _check_factor(value, name, lo=0.0, hi=None):
-    vals = value.flatten().tolist() if isinstance(value, torch.Tensor) else [value]
+    if isinstance(value, torch.Tensor):
+        if torch.compiler.is_compiling():
+            return  # a data-dependent check would break the graph
+        vals = value.flatten().tolist()
+    else:
+        vals = [value]
     for v in vals:
         if not isinstance(v, (int, float)) or v < lo or (hi is not None and v > hi):
             rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"

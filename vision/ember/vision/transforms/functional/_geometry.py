@@ -210,8 +210,7 @@ def _crop_per_sample(x, top, left, height: int, width: int):
     out = out.gather(3, cols.clamp(0, w - 1)[:, None, None, :].expand(n, m, height, width))
     inside = (((rows >= 0) & (rows < h))[:, None, :, None]
               & ((cols >= 0) & (cols < w))[:, None, None])
-    if not bool(inside.all()):
-        out = out * inside.to(out.dtype) if out.dtype != torch.bool else out & inside
+    out = torch.where(inside, out, torch.zeros((), dtype=out.dtype, device=out.device))
     return out.reshape(x.shape[:-2] + (height, width))
 
 

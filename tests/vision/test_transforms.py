@@ -1,0 +1,222 @@
+"""ember.vision.transforms: v2-style modules over sample pytrees, per-sample randomness."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+import ember.vision.transforms as T
+from ember.vision import tv_tensors as tv
+from ember.vision.transforms import functional as F
+
+
+def batch(n=4, h=32, w=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    small = torch.rand(n, 3, 6, 8, generator=g) * 255
+    return torch.nn.functional.interpolate(small, size=(h, w), mode="bilinear").round().to(
+        torch.uint8)
+
+
+def rect_sample(n=4, h=32, w=40, box=(6, 5, 25, 22)):
+    x1, y1, x2, y2 = box
+    img = torch.zeros(n, 3, h, w, dtype=torch.uint8)
+    img[:, :, y1:y2, x1:x2] = 255
+    mask = torch.zeros(n, h, w, dtype=torch.uint8)
+    mask[:, y1:y2, x1:x2] = 1
+    boxes = torch.tensor([[[x1, y1, x2, y2]]] * n, dtype=torch.float32)
+    return {"image": tv.Image(img), "mask": tv.Mask(mask),
+            "boxes": tv.BoundingBoxes(boxes, format="XYXY", canvas_size=(h, w)),
+            "meta": "keep me", "id": 7}
+
+
+ALL = {
+    "hflip": lambda ps: T.RandomHorizontalFlip(p=0.5, per_sample=ps),
+    "vflip": lambda ps: T.RandomVerticalFlip(p=0.5, per_sample=ps),
+    "crop": lambda ps: T.RandomCrop(20, padding=2, per_sample=ps),
+    "rrc": lambda ps: T.RandomResizedCrop(24, per_sample=ps),
+    "rotation": lambda ps: T.RandomRotation(25, per_sample=ps),
+    "affine": lambda ps: T.RandomAffine(15, translate=(0.1, 0.1), scale=(0.9, 1.1), shear=5,
+                                        per_sample=ps),
+    "perspective": lambda ps: T.RandomPerspective(0.3, p=1.0, per_sample=ps),
+    "jitter": lambda ps: T.ColorJitter(0.4, 0.4, 0.4, 0.1, per_sample=ps),
+    "gray": lambda ps: T.RandomGrayscale(0.5, per_sample=ps),
+    "blur": lambda ps: T.GaussianBlur(5, per_sample=ps),
+    "erase": lambda ps: T.RandomErasing(p=1.0, per_sample=ps),
+    "apply": lambda ps: T.RandomApply([T.ColorJitter(0.5)], p=0.5, per_sample=ps),
+}
+
+GEOMETRIC = {"hflip", "vflip", "crop", "rrc", "rotation", "affine", "perspective"}
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+@pytest.mark.parametrize("per_sample", [False, True])
+def test_random_transforms_on_samples(name, per_sample):
+    torch.manual_seed(0)
+    t = ALL[name](per_sample)
+    sample = rect_sample()
+    before = sample["image"].clone()
+    out = t(sample)
+    assert torch.equal(sample["image"], before)
+    assert out["meta"] == "keep me" and out["id"] == 7
+    assert type(out["image"]) is tv.Image and out["image"].dtype == torch.uint8
+    assert type(out["mask"]) is tv.Mask and type(out["boxes"]) is tv.BoundingBoxes
+    assert out["boxes"].canvas_size == tuple(out["image"].shape[-2:])
+    assert pickle.loads(pickle.dumps(t)) is not None
+    if name in GEOMETRIC:
+        for i in range(4):
+            m = out["mask"][i]
+            if m.sum() < 4:
+                continue  # cropped away
+            ys, xs = torch.nonzero(m, as_tuple=True)
+            got = [int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1]
+            assert np.allclose(got, out["boxes"][i, 0].tolist(), atol=2.0), (i, got)
+            img_on = out["image"][i, 0] > 127
+            # resampled image edges vs nearest-neighbour mask edges differ by <= 1 px
+            assert (img_on != m.bool()).float().mean() < 0.06
+
+
+@pytest.mark.parametrize("name", ["crop", "rrc", "rotation", "affine", "perspective", "jitter",
+                                  "blur", "erase"])
+def test_per_sample_draws_differ_within_the_batch(name):
+    torch.manual_seed(1)
+    x = batch(1).expand(6, -1, -1, -1).contiguous()
+    out = ALL[name](True)(x)
+    assert not all(torch.equal(out[0], out[i]) for i in range(1, 6))
+    torch.manual_seed(1)
+    shared = ALL[name](False)(x)
+    assert all(torch.equal(shared[0], shared[i]) for i in range(1, 6))
+
+
+def test_per_sample_flip_matches_functional_per_image():
+    torch.manual_seed(3)
+    x = batch(8)
+    out = T.RandomHorizontalFlip(per_sample=True)(x)
+    flipped = [torch.equal(out[i], F.horizontal_flip(x[i])) for i in range(8)]
+    kept = [torch.equal(out[i], x[i]) for i in range(8)]
+    assert all(f or k for f, k in zip(flipped, kept)) and any(flipped) and any(kept)
+
+
+def test_seeded_runs_repeat():
+    t = T.Compose([T.RandomResizedCrop(16, per_sample=True), T.ColorJitter(0.3, 0.3, 0.3, 0.05)])
+    x = batch()
+    torch.manual_seed(5)
+    a = t(x)
+    torch.manual_seed(5)
+    assert torch.equal(a, t(x))
+
+
+def test_plain_tensor_rules_and_empty_batch():
+    x = batch(2)
+    other = torch.arange(5)
+    out_img, out_other = T.Resize(16)(x, other)
+    assert out_img.shape[-2:] == (16, 20) and out_other is other
+    empty = T.RandomResizedCrop(8, per_sample=True)(x[:0])
+    assert empty.shape == (0, 3, 8, 8)
+    assert T.RandomHorizontalFlip(per_sample=True)(x[:0]).shape == (0, 3, 32, 40)
+    video = tv.Video(batch(3).unsqueeze(0))
+    assert T.RandomResizedCrop(12)(video).shape == (1, 3, 3, 12, 12)
+
+
+def test_pipeline_uint8_to_normalized_float():
+    pipe = T.Compose([T.RandomResizedCrop(24, per_sample=True),
+                      T.RandomHorizontalFlip(per_sample=True),
+                      T.ColorJitter(0.4, 0.4, 0.4, 0.1, per_sample=True),
+                      T.ToDtype(torch.float32, scale=True),
+                      T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+    out = pipe(batch(5))
+    assert out.shape == (5, 3, 24, 24) and out.dtype == torch.float32
+    assert torch.isfinite(out).all()
+
+
+def test_five_crop_and_to_dtype_dict():
+    img = tv.Image(batch(1)[0])
+    crops = T.FiveCrop(10)({"image": img, "k": 1})
+    assert len(crops) == 5 and all(c["image"].shape == (3, 10, 10) and c["k"] == 1 for c in crops)
+    assert torch.equal(crops[0]["image"], img[:, :10, :10])
+    mask = tv.Mask(torch.zeros(32, 40, dtype=torch.uint8))
+    out = T.ToDtype({tv.Image: torch.float32, "others": None}, scale=True)(img, mask)
+    assert out[0].dtype == torch.float32 and out[1].dtype == torch.uint8
+
+
+def test_mixup_cutmix_labels_are_convex():
+    torch.manual_seed(0)
+    x, labels = batch(4).float() / 255, torch.tensor([0, 1, 2, 3])
+    for t in (T.MixUp(alpha=1.0, num_classes=4), T.CutMix(alpha=1.0, num_classes=4)):
+        imgs, soft = t(x, labels)
+        assert imgs.shape == x.shape and soft.shape == (4, 4)
+        assert torch.allclose(soft.sum(1), torch.ones(4))
+        assert torch.allclose(soft.diagonal() + soft.roll(1, 0).diagonal().roll(-1, 0) * 0,
+                              soft.diagonal())
+    lam = soft[0, 0]
+    pasted = (imgs[0] != x[0]).any(0).float().mean()
+    assert abs(float(1 - lam) - float(pasted)) < 0.1
+    with pytest.raises(ValueError, match="labels"):
+        T.MixUp(num_classes=4)(x)
+
+
+def test_auto_augment_family_keeps_shape_and_dtype():
+    torch.manual_seed(0)
+    x = batch(2)
+    for t in (T.AutoAugment(), T.RandAugment(), T.TrivialAugmentWide()):
+        for _ in range(15):
+            out = t(x)
+            assert out.shape == x.shape and out.dtype == torch.uint8
+        assert pickle.loads(pickle.dumps(t)) is not None
+
+
+def test_box_utilities():
+    boxes = tv.BoundingBoxes([[2, 2, 10, 10], [5, 5, 5.5, 9], [-5, 0, 3, 3]], format="XYXY",
+                             canvas_size=(20, 20))
+    sample = {"image": tv.Image(torch.zeros(3, 20, 20)), "boxes": boxes,
+              "labels": torch.tensor([1, 2, 3])}
+    out = T.SanitizeBoundingBoxes()(sample)
+    assert out["boxes"].tolist() == [[2, 2, 10, 10]] and out["labels"].tolist() == [1]
+    conv = T.ConvertBoundingBoxFormat("XYWH")(sample)["boxes"]
+    assert conv.format is tv.BoundingBoxFormat.XYWH and conv[0].tolist() == [2, 2, 8, 8]
+    clamped = T.ClampBoundingBoxes()(sample)["boxes"]
+    assert clamped[2].tolist() == [0, 0, 3, 3]
+
+
+@pytest.mark.parametrize("make, exc, match", [
+    (lambda: T.RandomHorizontalFlip(p=1.5), ValueError, "p must"),
+    (lambda: T.RandomHorizontalFlip(per_sample="yes"), TypeError, "per_sample"),
+    (lambda: T.Resize(-3), ValueError, "size"),
+    (lambda: T.RandomResizedCrop(8, scale=(0.9, 0.1)), ValueError, "scale"),
+    (lambda: T.RandomRotation(10, expand=True, per_sample=True), ValueError, "expand"),
+    (lambda: T.RandomAffine(10, translate=(2, 0)), ValueError, "translate"),
+    (lambda: T.ColorJitter(hue=0.9), ValueError, "hue"),
+    (lambda: T.ColorJitter(brightness="a"), TypeError, "brightness"),
+    (lambda: T.GaussianBlur(4), ValueError, "kernel_size"),
+    (lambda: T.Normalize([0.5], [0.0]), ValueError, "std"),
+    (lambda: T.ToDtype("float"), TypeError, "dtype"),
+    (lambda: T.Pad(1, padding_mode="wrap"), ValueError, "padding_mode"),
+    (lambda: T.RandomErasing(value="noise"), ValueError, "value"),
+    (lambda: T.Compose("abc"), TypeError, "transforms"),
+    (lambda: T.RandomChoice([T.Resize(3)], p=[1, 2]), ValueError, "p must"),
+    (lambda: T.MixUp(alpha=0, num_classes=3), ValueError, "alpha"),
+    (lambda: T.RandAugment(magnitude=40), ValueError, "magnitude"),
+    (lambda: T.ConvertBoundingBoxFormat("XY"), ValueError, "format"),
+])
+def test_bad_arguments(make, exc, match):
+    with pytest.raises(exc, match=match):
+        make()
+
+
+def test_per_sample_needs_a_batch():
+    with pytest.raises(ValueError, match="batched"):
+        T.RandomResizedCrop(8, per_sample=True)(torch.zeros(3, 16, 16, dtype=torch.uint8))
+
+
+def test_pipeline_traces_without_graph_breaks():
+    """Per-sample random parameters are tensors, so TorchDynamo captures one graph."""
+    pipe = T.Compose([T.RandomResizedCrop(16, per_sample=True),
+                      T.RandomHorizontalFlip(per_sample=True),
+                      T.ColorJitter(0.4, 0.4, 0.4, 0.1, per_sample=True),
+                      T.Normalize([0.5] * 3, [0.2] * 3)])
+    x = batch(3).float() / 255
+    compiled = torch.compile(pipe, backend="eager", fullgraph=True)
+    out = compiled(x)
+    assert out.shape == (3, 3, 16, 16) and torch.isfinite(out).all()
