@@ -5,7 +5,7 @@ operations run through ``pyarrow.compute`` or torch over zero-copy buffer views,
 ``to_tensor`` hands the data to PyTorch without copying where the memory allows.
 """
 
-from ember.arrow import dtypes, functional
+from ember.arrow import datapipes, dtypes, functional
 from ember.arrow.column import Column, column
 from ember.arrow.dataframe import DataFrame, GroupedDataFrame, dataframe
 from ember.arrow.expression import Expression, me
@@ -17,6 +17,7 @@ from ember.arrow.interop import (
     to_pandas,
     to_pylist,
 )
+from ember.arrow.lazy import set_compile_threshold
 from ember.arrow.tensor import (
     PackedList,
     PackedMap,
@@ -28,7 +29,7 @@ from ember.arrow.tensor import (
 
 __all__ = [
     "Column", "DataFrame", "Expression", "GroupedDataFrame", "PackedList", "PackedMap",
-    "PadSequence", "WithPresence", "column", "dataframe", "dtypes", "from_arrow",
+    "PadSequence", "WithPresence", "column", "dataframe", "datapipes", "dtypes", "from_arrow",
     "from_pandas", "from_polars", "from_tensor", "functional", "me", "to_arrow", "to_pandas",
-    "to_pylist", "to_tensor",
+    "set_compile_threshold", "to_pylist", "to_tensor",
 ]

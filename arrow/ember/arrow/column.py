@@ -78,6 +78,9 @@ class Column:
         self._dtype = lazy.result_dtype(expr)
         return self
 
+    def __reduce__(self):
+        return (Column, (self._data, self._dtype))  # lazy columns pickle their values
+
     @property
     def _data(self) -> pa.Array:
         if self._arr is None:

@@ -90,6 +90,9 @@ class DataFrame:
         object.__setattr__(self, "_cols", cols)
         object.__setattr__(self, "_n", next(iter(lengths.values()), 0))
 
+    def __reduce__(self):
+        return (DataFrame, (self._cols,))
+
     # ------------------------------------------------------------------ basics
     @property
     def columns(self) -> list[str]:

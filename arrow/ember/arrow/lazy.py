@@ -180,9 +180,27 @@ def to_arrow(values: torch.Tensor, valid: torch.Tensor | None) -> pa.Array:
     return pa.array(arr, mask=mask)
 
 
+_COMPILE_ROWS: int | None = None
+
+
+def set_compile_threshold(rows: int | None) -> None:
+    """Compile every expression over at least ``rows`` rows (None, the default: only on
+    ``Column.compile()``; a first compile takes seconds, a cached one is reused)."""
+    global _COMPILE_ROWS
+    if rows is not None and (not isinstance(rows, int) or rows < 0):
+        raise ValueError(f"set_compile_threshold(): rows must be a non-negative int or None, "
+                         f"got {rows!r}")
+    _COMPILE_ROWS = rows
+
+
 def evaluate(expr: Expr, fn: Callable | None = None) -> pa.Array:
     """Evaluate ``expr`` eagerly with torch (or with ``fn``, e.g. a compiled function)."""
     cols = leaves(expr)
+    if fn is None and _COMPILE_ROWS is not None and cols and len(cols[0]) >= _COMPILE_ROWS:
+        if compiler_available():
+            fn = compile_expr(expr)
+        else:
+            _log.info("compile threshold reached but ember.core.compile is unavailable")
     tensors = _guard_divisors(expr, cols, [values_tensor(c._data) for c in cols])
     values = (fn or build_function(plan(expr, cols)))(*tensors)
     if not isinstance(values, torch.Tensor):  # a tree over constants only
