@@ -70,7 +70,7 @@ def _iir(x: Tensor, a: Tensor) -> Tensor:
     if n_order == 0:
         return x
     batch, channels, time = x.shape
-    block = max(_BLOCK, n_order)
+    block = max(min(_BLOCK, time), n_order)
     n_blocks = -(-time // block)
     hmat, zmat = _iir_block_operators(a, block)
     xb = F.pad(x, (0, n_blocks * block - time)).reshape(batch, channels, n_blocks, block)
