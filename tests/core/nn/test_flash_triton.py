@@ -1,0 +1,129 @@
+"""The Triton FlashAttention-2 kernels, run on CPU by Triton's interpreter at tiny shapes.
+
+``TRITON_INTERPRET`` is read when ``@triton.jit`` decorates a kernel, so it is set before the
+kernel module is (re)imported here.
+"""
+
+import importlib
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")
+
+from ember.core import kernels  # noqa: E402
+from ember.core.nn import attention_cpu, flash_attention_triton  # noqa: E402
+from ember.core.nn.attention_dropout import philox_uniform  # noqa: E402
+
+if not triton.knobs.runtime.interpret or not type(flash_attention_triton._fwd_kernel).__name__ \
+        .startswith("Interpreted"):
+    flash_attention_triton = importlib.reload(flash_attention_triton)
+
+
+def _qkv(n, h, hkv, length_q, length_k, e, ev, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(n, h, length_q, e, generator=g).to(dtype),
+            torch.randn(n, hkv, length_k, e, generator=g).to(dtype),
+            torch.randn(n, hkv, length_k, ev, generator=g).to(dtype))
+
+
+def _reference(q, k, v, mask, causal, scale):
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=mask, is_causal=causal,
+                                         scale=scale, enable_gqa=True)
+    return out, (qd, kd, vd)
+
+
+CASES = [  # n, h, hkv, L, S, E, Ev, dtype, mask, causal
+    (1, 2, 2, 19, 23, 16, 16, torch.float32, None, False),
+    (1, 2, 1, 21, 13, 16, 16, torch.float32, None, True),
+    (2, 2, 2, 17, 30, 24, 8, torch.float32, "bool", False),
+    (1, 2, 2, 9, 33, 16, 16, torch.float32, "float", False),
+    (1, 2, 1, 20, 20, 32, 32, torch.float16, None, True),
+    (1, 1, 1, 18, 18, 16, 16, torch.bfloat16, "bool", False),
+]
+TOL = {torch.float32: 1e-4, torch.float16: 3e-3, torch.bfloat16: 3e-2}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[7]}-{c[8]}-causal{c[9]}")
+def test_forward_and_backward_match_reference(case):
+    n, h, hkv, length_q, length_k, e, ev, dtype, mask_kind, causal = case
+    q, k, v = _qkv(n, h, hkv, length_q, length_k, e, ev, dtype)
+    g = torch.Generator().manual_seed(5)
+    mask = None
+    if mask_kind == "bool":
+        mask = torch.rand(n, 1, length_q, length_k, generator=g) > 0.3
+        mask[..., 2, :] = False  # one fully masked row
+    elif mask_kind == "float":
+        mask = torch.randn(length_q, length_k, generator=g)
+    scale = e ** -0.5
+    out, lse = flash_attention_triton.forward(q, k, v, mask, 0.0, causal, scale, None)
+    ref, leaves = _reference(q, k, v, None if mask is None else mask.double()
+                             if mask.is_floating_point() else mask, causal, scale)
+    tol = TOL[dtype]
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    torch.testing.assert_close(out.double(), ref, rtol=tol, atol=tol)
+    grad = torch.randn(ref.shape, generator=g, dtype=torch.float64)
+    ref.backward(grad)
+    dq, dk, dv = flash_attention_triton.backward(grad.to(dtype), q, k, v, out, lse, mask, 0.0,
+                                                 causal, scale, None)
+    for ours, leaf in zip((dq, dk, dv), leaves):
+        assert ours.dtype == dtype and ours.shape == leaf.shape
+        torch.testing.assert_close(ours.double(), leaf.grad, rtol=5 * tol, atol=5 * tol)
+
+
+def test_head_dim_256_and_fallback_above():
+    q, k, v = _qkv(1, 1, 1, 16, 16, 256, 256, torch.float32)
+    out, _ = flash_attention_triton.forward(q, k, v, None, 0.0, False, 0.1, None)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, scale=0.1),
+                               rtol=1e-4, atol=1e-4)
+    q, k, v = _qkv(1, 1, 1, 8, 8, 260, 8, torch.float32)  # beyond 256: tiled torch path
+    out, _ = flash_attention_triton.forward(q, k, v, None, 0.0, False, 0.1, None)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, scale=0.1))
+
+
+def test_philox_in_torch_ops_equals_tl_rand():
+    @triton.jit
+    def draw(out_ptr, seed, base, n: tl.constexpr):
+        offs = tl.arange(0, n)
+        tl.store(out_ptr + offs, tl.rand(seed, base + offs.to(tl.int64)))
+
+    for seed, base in ((0, 0), (123456789, 7), (2**40 + 5, 2**33 + 11)):
+        out = torch.empty(64)
+        draw[(1,)](out, seed, base, 64)
+        expected = philox_uniform(seed, torch.arange(64, dtype=torch.int64) + base)
+        torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+def test_dropout_replays_the_cpu_kernel_forward_and_backward():
+    q, k, v = _qkv(1, 2, 1, 18, 21, 16, 16, torch.float32)
+    rng = torch.tensor([2024, 77])
+    args = (None, 0.3, False, 0.25, rng)
+    out, lse = flash_attention_triton.forward(q, k, v, *args)
+    cpu_out, cpu_lse = attention_cpu.forward(q, k, v, *args)
+    torch.testing.assert_close(out, cpu_out, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(lse, cpu_lse, rtol=1e-4, atol=1e-4)
+    grad = torch.randn_like(out)
+    for a, b in zip(flash_attention_triton.backward(grad, q, k, v, out, lse, *args),
+                    attention_cpu.backward(grad, q, k, v, cpu_out, cpu_lse, *args)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_cuda_kernel_registered_on_the_op():
+    """The op's cuda entry runs the Triton kernels (here through the interpreter)."""
+    q, k, v = _qkv(1, 2, 2, 10, 12, 16, 16, torch.float32)
+    fwd = kernels.get("ember::sdpa").kernels["cuda"]
+    bwd = kernels.get("ember::sdpa_backward").kernels["cuda"]
+    out, lse = fwd(q, k, v, None, 0.0, True, 0.25, None)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.25)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    dq, dk, dv = bwd(torch.ones_like(out), q, k, v, out, lse, None, 0.0, True, 0.25, None)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    F.scaled_dot_product_attention(*leaves, is_causal=True, scale=0.25).sum().backward()
+    for a, leaf in zip((dq, dk, dv), leaves):
+        torch.testing.assert_close(a, leaf.grad, rtol=1e-4, atol=1e-4)
