@@ -1,10 +1,11 @@
-"""Tiled online-softmax attention for CPU: forward and backward, memory linear in length.
+"""Tiled online-softmax attention in torch ops: forward and backward, memory linear in length.
 
 Every (query block x key block) tile is computed for all N*H heads at once with batched
 matmuls, so the work is a few large GEMMs plus in-place elementwise passes per tile. Only the
 output, the per-row log-sum-exp and the gradients are full size; the L x S score matrix is
-never formed. Causal tiles that are entirely above the diagonal are skipped. Dropout masks come
-from a counter-based generator (:mod:`attention_dropout`), so the backward replays them.
+never formed. Causal tiles entirely above the diagonal are skipped. Dropout masks come from a
+counter-based generator (:mod:`attention_dropout`), so the backward replays them. Written for
+CPU but device-agnostic: CUDA uses it for float64 and head dims beyond the Triton kernels.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ class _Tiles:
         """Scaled, masked ``q k^T`` tile ``[N*H, i1-i0, j1-j0]``."""
         s = torch.bmm(self.q[:, i0:i1], self.k[:, j0:j1].transpose(1, 2))
         if self.is_causal and j1 - 1 > i0:
-            rows = torch.arange(i0, i1)[:, None]
-            cols = torch.arange(j0, j1)[None, :]
+            rows = torch.arange(i0, i1, device=s.device)[:, None]
+            cols = torch.arange(j0, j1, device=s.device)[None, :]
             s.masked_fill_(cols > rows, _NEG_INF)
         if self.mask is not None:
             tile = self.mask[:, :, i0:i1, j0:j1]
@@ -74,8 +75,9 @@ class _Tiles:
     def dropout(self, i0: int, i1: int, j0: int, j1: int) -> torch.Tensor | None:
         if self.dropout_p <= 0.0 or self.rng is None:
             return None
-        return keep_scale(self.rng, self.dropout_p, self.heads, slice(i0, i1), slice(j0, j1),
+        keep = keep_scale(self.rng, self.dropout_p, self.heads, slice(i0, i1), slice(j0, j1),
                           self.length_q, self.length_k, self.dtype)
+        return keep.to(self.q.device)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
@@ -85,8 +87,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.
     t = _Tiles(q, k, v, attn_mask, dropout_p, is_causal, scale, rng)
     n, h = t.shape4
     value_dim = v.shape[-1]
-    out = torch.zeros(t.heads, t.length_q, value_dim, dtype=t.dtype)
-    lse = torch.full((t.heads, t.length_q), _NEG_INF, dtype=t.dtype)
+    out = torch.zeros(t.heads, t.length_q, value_dim, dtype=t.dtype, device=q.device)
+    lse = torch.full((t.heads, t.length_q), _NEG_INF, dtype=t.dtype, device=q.device)
     for i0 in range(0, t.length_q, t.block_q):
         i1 = min(t.length_q, i0 + t.block_q)
         end = t.key_end(i1)
