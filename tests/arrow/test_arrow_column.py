@@ -5,21 +5,20 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from arrow_testutil import WORDS, assert_same, random_data
 
 import ember.arrow as ea
 from ember.arrow import dtypes as dt
 
 
 @pytest.fixture(params=[0, 1])
-def num(request):
-    data = random_data(request.param)
+def num(request, rand_data):
+    data = rand_data(request.param)
     a = ea.column(data["a"], dt.Int64(nullable=True))
     b = ea.column(data["b"], dt.Float64(nullable=True))
     return a, b, pd.Series(data["a"], dtype="Int64"), pd.Series(data["b"], dtype="Float64")
 
 
-def test_arithmetic_matches_pandas(num):
+def test_arithmetic_matches_pandas(num, same):
     a, b, pa_, pb = num
     cases = [
         (a + b, pa_ + pb), (a - 3, pa_ - 3), (2 * a, 2 * pa_), (b * b - a, pb * pb - pa_),
@@ -27,21 +26,21 @@ def test_arithmetic_matches_pandas(num):
         (7 - a, 7 - pa_), (b ** 2, pb ** 2),
     ]
     for ours, theirs in cases:
-        assert_same(ours.to_pylist(), theirs.tolist())
+        same(ours.to_pylist(), theirs.tolist())
 
 
-def test_comparisons_and_boolean_ops_match_pandas(num):
+def test_comparisons_and_boolean_ops_match_pandas(num, same):
     a, b, pa_, pb = num
     for ours, theirs in [(a > 0, pa_ > 0), (a <= b, pa_ <= pb), (a == 3, pa_ == 3),
                          (a != 3, pa_ != 3)]:
         assert ours.dtype == dt.Boolean(nullable=True)
-        assert_same(ours.to_pylist(), theirs.tolist())
+        same(ours.to_pylist(), theirs.tolist())
     # null propagation: any null operand gives null (pandas' Kleene logic differs for |/&)
     both = (a > 0) & (b < 0)
     exp = [None if x is pd.NA or y is pd.NA else bool(x > 0 and y < 0)
            for x, y in zip(pa_.tolist(), pb.tolist())]
-    assert_same(both.to_pylist(), exp)
-    assert_same((~(a > 0)).to_pylist(), [None if x is pd.NA else not x > 0 for x in pa_])
+    same(both.to_pylist(), exp)
+    same((~(a > 0)).to_pylist(), [None if x is pd.NA else not x > 0 for x in pa_])
 
 
 def test_expressions_are_lazy_and_fuse():
@@ -122,8 +121,8 @@ def test_errors_name_the_problem():
 
 
 @pytest.fixture
-def strings():
-    values = random_data(3, 120)["s"] + ["", "ÄÖü été", "a,b,,c", "   "]
+def strings(rand_data):
+    values = rand_data(3, 120)["s"] + ["", "ÄÖü été", "a,b,,c", "   "]
     return ea.column(values), values
 
 
@@ -158,7 +157,7 @@ def test_string_concat_and_compare():
     a, b = ea.column(["x", None, "z"]), ea.column(["1", "2", "3"])
     assert (a + b).to_pylist() == ["x1", None, "z3"]
     assert (a == "z").to_pylist() == [False, None, True]
-    assert ea.column(WORDS).str.lower().dtype == dt.string
+    assert ea.column(["Ab", "C d"]).str.lower().dtype == dt.string
 
 
 def test_list_methods():
@@ -209,3 +208,26 @@ def test_struct_column_fields():
     assert col[0] == (1, "a") and col[0].x == 1
     with pytest.raises(KeyError, match="no field"):
         col.field("z")
+
+
+def test_expression_edge_semantics_match_torch():
+    import torch
+
+    ints = ea.column([-3, 0, 5])
+    floats = ea.column([-1.5, 0.5, 2.5], dt.float64)
+    assert ints.ceil().to_pylist() == [-3, 0, 5] and ints.ceil().dtype == dt.int64
+    assert floats.round().to_pylist() == torch.tensor([-1.5, 0.5, 2.5]).round().tolist()
+    ref = torch.sigmoid(torch.tensor([-1.5, 0.5, 2.5], dtype=torch.float64)).tolist()
+    assert np.allclose(floats.exp().log().to_pylist(), [-1.5, 0.5, 2.5])
+    from ember.arrow import functional as F
+
+    flat = F.scale_to_0_1(ea.column([1.0, 1.0])).to_pylist()  # sigmoid when min == max
+    assert np.allclose(flat, [1 / (1 + np.e ** -1)] * 2)
+    assert np.allclose(ea.column([-1.5, 0.5, 2.5], dt.float64)._unary("sigmoid").to_pylist(),
+                       ref)
+    assert (ints // -2).to_pylist() == torch.tensor([-3, 0, 5]).floor_divide(-2).tolist()
+    assert (ints % -2).to_pylist() == torch.tensor([-3, 0, 5]).remainder(-2).tolist()
+    with pytest.raises(ZeroDivisionError):
+        (ints // ea.column([1, 0, 1])).to_pylist()
+    with pytest.raises(TypeError, match="numeric or boolean"):
+        ea.column(["a"]).abs()

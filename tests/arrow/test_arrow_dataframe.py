@@ -1,29 +1,27 @@
 """DataFrame operations on seeded random frames with nulls, checked against pandas."""
 
-import math
-
 import pandas as pd
 import pytest
-from arrow_testutil import assert_same
 
 import ember.arrow as ea
 from ember.arrow import dtypes as dt
 from ember.arrow import me
 
 
-def _rows(pdf: pd.DataFrame) -> list[tuple]:
-    return [tuple(None if v is pd.NA or (isinstance(v, float) and math.isnan(v)) else v
-                  for v in row) for row in pdf.astype(object).itertuples(index=False)]
+@pytest.fixture
+def assert_frame(same):
+    """``assert_frame(ours, theirs)``: same column names, lengths and values as pandas."""
+
+    def check(ours: ea.DataFrame, theirs: pd.DataFrame) -> None:
+        assert ours.columns == list(theirs.columns)
+        assert len(ours) == len(theirs)
+        for name in ours.columns:
+            same(ours[name].to_pylist(), theirs[name].astype(object).tolist())
+
+    return check
 
 
-def assert_frame(ours: ea.DataFrame, theirs: pd.DataFrame) -> None:
-    assert ours.columns == list(theirs.columns)
-    assert len(ours) == len(theirs)
-    for name in ours.columns:
-        assert_same(ours[name].to_pylist(), theirs[name].astype(object).tolist())
-
-
-def test_construction_and_access(frames):
+def test_construction_and_access(frames, assert_frame):
     df, pdf = frames
     assert df.columns == ["a", "b", "k", "s"] and len(df) == len(pdf) and df.shape[1] == 4
     assert df["a"] is df.a
@@ -37,7 +35,7 @@ def test_construction_and_access(frames):
     assert ea.dataframe([(1, "x")], columns=["n", "t"])["t"].to_pylist() == ["x"]
 
 
-def test_filter_and_arithmetic_match_pandas(frames):
+def test_filter_and_arithmetic_match_pandas(frames, assert_frame, same):
     df, pdf = frames
     ours = df[(df.a > 0) & (df.b < 0.5)]
     mask = ((pdf.a > 0) & (pdf.b < 0.5)).fillna(False)
@@ -45,25 +43,25 @@ def test_filter_and_arithmetic_match_pandas(frames):
     assert len(mask) == len(pdf)
     assert_frame(ours, theirs.reset_index(drop=True))
     ours["c"] = ours.a * 2 + ours.b
-    assert_same(ours["c"].to_pylist(), (theirs.a * 2 + theirs.b).tolist())
+    same(ours["c"].to_pylist(), (theirs.a * 2 + theirs.b).tolist())
     # where() and filter() with an expression give the same rows
     assert df.where(me["a"] > 0, me["b"] < 0.5).to_pylist() == ours.drop("c").to_pylist()
     assert df.filter(me["a"] > 0).to_pylist() == df[df.a > 0].to_pylist()
 
 
-def test_symbolic_expressions(frames):
+def test_symbolic_expressions(frames, same):
     df, pdf = frames
     assert df[me["a"] > 3].to_pylist() == df[df.a > 3].to_pylist()
     out = df.select("k", twice=me["a"] * 2, low=me["s"].str.lower())
     assert out.columns == ["k", "twice", "low"]
-    assert_same(out["twice"].to_pylist(), (pdf.a * 2).tolist())
-    assert_same(out["low"].to_pylist(), pdf.s.str.lower().tolist())
+    same(out["twice"].to_pylist(), (pdf.a * 2).tolist())
+    same(out["low"].to_pylist(), pdf.s.str.lower().tolist())
     assert repr(me["a"] > 3) == "me['a'].__gt__(3)"
     with pytest.raises(KeyError, match="unknown column 'zz'"):
         df[me["zz"] > 1]
 
 
-def test_sort_matches_pandas(frames):
+def test_sort_matches_pandas(frames, assert_frame):
     df, pdf = frames
     ours = df.sort(by=["k", "a"], ascending=[True, False])
     theirs = pdf.sort_values(["k", "a"], ascending=[True, False], na_position="last",
@@ -75,7 +73,7 @@ def test_sort_matches_pandas(frames):
 
 
 @pytest.mark.parametrize("fn", ["sum", "mean", "min", "max", "count"])
-def test_groupby_agg_matches_pandas(frames, fn):
+def test_groupby_agg_matches_pandas(frames, fn, assert_frame):
     df, pdf = frames
     ours = df.select("k", "a", "b").groupby("k", sort=True).agg(fn)
     g = pdf[["k", "a", "b"]].groupby("k", sort=True)
@@ -101,7 +99,7 @@ def test_groupby_list_and_multi(frames):
         df.groupby("nope")
 
 
-def test_groupby_drops_null_keys_like_pandas(frames):
+def test_groupby_drops_null_keys_like_pandas(frames, assert_frame):
     df, pdf = frames
     ours = df.select("s", "k").groupby("s", sort=True).sum()
     theirs = pdf[["s", "k"]].groupby("s", sort=True).sum().reset_index()
@@ -109,7 +107,7 @@ def test_groupby_drops_null_keys_like_pandas(frames):
 
 
 @pytest.mark.parametrize("how", ["inner", "left"])
-def test_join_matches_pandas(frames, how):
+def test_join_matches_pandas(frames, how, assert_frame):
     df, pdf = frames
     right = ea.dataframe({"k": [0, 1, 1, 3, 9], "w": [10, 11, 12, 13, 19],
                           "s": ["r0", "r1", "r1b", "r3", "r9"]})
@@ -121,7 +119,7 @@ def test_join_matches_pandas(frames, how):
         df.join(right, on="k", how="outer")
 
 
-def test_nulls_dedup_and_fill(frames):
+def test_nulls_dedup_and_fill(frames, assert_frame, same):
     df, pdf = frames
     assert_frame(df.drop_null(), pdf.dropna().reset_index(drop=True))
     assert_frame(df.drop_duplicates(subset=["k", "s"]),
@@ -130,18 +128,18 @@ def test_nulls_dedup_and_fill(frames):
                  pdf.drop_duplicates(subset=["k"], keep="last").reset_index(drop=True))
     filled = df.fill_null({"a": 0, "s": "?"})
     assert filled["a"].null_count == 0 and filled["a"].dtype == dt.int64
-    assert_same(filled["s"].to_pylist(), pdf.s.fillna("?").tolist())
+    same(filled["s"].to_pylist(), pdf.s.fillna("?").tolist())
     with pytest.raises(TypeError, match="column 'a'"):
         df.fill_null("text")
 
 
-def test_describe_matches_pandas(frames):
+def test_describe_matches_pandas(frames, same):
     df, pdf = frames
     ours = df.describe()
     theirs = pdf[["a", "b", "k"]].astype("float64").describe()
     assert ours["metric"].to_pylist() == list(theirs.index)
     for c in ["a", "b", "k"]:
-        assert_same(ours[c].to_pylist(), theirs[c].tolist())
+        same(ours[c].to_pylist(), theirs[c].tolist())
 
 
 def test_column_get_set_and_errors(frames):

@@ -155,5 +155,5 @@ def test_add_tokens_matches_torcharrow():
 
 def test_scale_to_0_1():
     assert F.scale_to_0_1(ea.column([2.0, 4.0, 6.0])).to_pylist() == [0.0, 0.5, 1.0]
-    same = F.scale_to_0_1(ea.column([0.0, 0.0])).to_pylist()
-    assert same == [0.5, 0.5]
+    flat = F.scale_to_0_1(ea.column([0.0, 0.0])).to_pylist()
+    assert flat == [0.5, 0.5]  # sigmoid(0) when min == max

@@ -1,14 +1,16 @@
 """Lazy numeric column expressions: a tree of ops over columns, evaluated in one pass.
 
 Arithmetic, comparison and logical operators on numeric columns build an ``Expr`` instead
-of computing at once. Evaluation runs the tree with torch over zero-copy views of the
-Arrow value buffers (validity bitmaps are combined separately: any null input gives a null
-output), so ``(df.a * 2 + df.b).clip(0, 10)`` allocates only its intermediates.
-``compile_expr`` runs the same tree as one function through ``ember.core.compile``.
+of computing at once. Evaluation runs the tree over zero-copy views of the Arrow value
+buffers (validity bitmaps are combined separately: any null input gives a null output):
+eagerly with NumPy ufuncs that reuse intermediate buffers, each node in the dtype torch's
+promotion rules give it, or, after ``compile_expr``, as one function through
+``ember.core.compile`` (the same tree written with torch ops, fused into one kernel).
 """
 
 from __future__ import annotations
 
+import functools
 import operator
 import warnings
 from collections.abc import Callable
@@ -44,6 +46,7 @@ _TORCH_TO_DTYPE = {
     torch.float64: dt.Float64,
 }
 _DTYPE_TO_TORCH = {v: k for k, v in _TORCH_TO_DTYPE.items()}
+_TORCH_BY_NAME = {v.name: k for k, v in _TORCH_TO_DTYPE.items()}
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,13 +82,6 @@ def values_tensor(arr: pa.Array) -> torch.Tensor:
         return torch.frombuffer(arr.buffers()[1], dtype=tdt, count=n, offset=arr.offset * size)
 
 
-def validity_tensor(arr: pa.Array) -> torch.Tensor | None:
-    """Boolean presence per row, or None when the array has no nulls."""
-    if arr.null_count == 0:
-        return None
-    return torch.from_numpy(arr.is_valid().to_numpy(zero_copy_only=False))
-
-
 def leaves(expr: Expr) -> list:
     """The distinct leaf columns of ``expr`` in first-use order."""
     out, seen = [], set()
@@ -109,7 +105,7 @@ def _is_column(x) -> bool:
 
 
 def plan(expr: Expr, cols: list) -> tuple:
-    """The tree as plain tuples: ``(op, args)``, ``("col", i, dtype)``, ``("const", v)``.
+    """The tree as plain tuples: ``(op, args)``, ``("col", i, dtype name)``, ``("const", v)``.
 
     Hashable (the compile cache key) and free of references to column data.
     """
@@ -119,7 +115,7 @@ def plan(expr: Expr, cols: list) -> tuple:
         if isinstance(a, Expr):
             return (a.op, tuple(key(x) for x in a.args))
         if _is_column(a):
-            return ("col", index[id(a)], str(a.dtype))
+            return ("col", index[id(a)], a.dtype.name)
         return ("const", as_numpy_scalar(a))
 
     return key(expr)
@@ -143,41 +139,118 @@ def build_function(tree: tuple) -> Callable[..., torch.Tensor]:
     return f
 
 
-def _validity(expr: Expr, cols: list) -> torch.Tensor | None:
-    masks = [m for m in (validity_tensor(c._data) for c in cols) if m is not None]
+# Eager evaluation runs in NumPy (single-threaded ufuncs reusing intermediate buffers),
+# each node computed in the dtype torch's promotion gives it, so eager and compiled agree.
+_NUMPY: dict[str, Callable] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
+    "floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power,
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+    "gt": np.greater, "ge": np.greater_equal, "and": np.bitwise_and, "or": np.bitwise_or,
+    "xor": np.bitwise_xor, "invert": np.invert, "neg": np.negative, "abs": np.absolute,
+    "ceil": np.ceil, "floor": np.floor, "round": np.rint, "exp": np.exp, "log": np.log,
+    "sqrt": np.sqrt,
+}
+_INTEGER_IDENTITY = {"ceil", "floor", "round"}
+
+
+@functools.lru_cache(maxsize=512)
+def node_dtypes(tree: tuple) -> tuple:
+    """``(numpy dtype, children)`` for every op node, from torch's promotion on empty tensors."""
+
+    def run(node):
+        head = node[0]
+        if head == "col":
+            return torch.empty(0, dtype=_TORCH_BY_NAME[node[2]]), None
+        if head == "const":
+            return node[1], None
+        pairs = [run(a) for a in node[1]]
+        fn, _ = OPS[head]
+        out = fn(*[v for v, _ in pairs])
+        return out, (torch.empty(0, dtype=out.dtype).numpy().dtype, tuple(d for _, d in pairs))
+
+    return run(tree)[1]
+
+
+def values_numpy(arr: pa.Array) -> np.ndarray:
+    """The value buffer of a primitive Arrow array as a read-only NumPy view (booleans
+    unpacked)."""
+    if pa.types.is_boolean(arr.type):
+        return arr.fill_null(False).to_numpy(zero_copy_only=False)
+    np_dtype = arr.type.to_pandas_dtype()
+    n = len(arr)
+    if n == 0:
+        return np.empty(0, dtype=np_dtype)
+    return np.frombuffer(arr.buffers()[1], dtype=np_dtype, count=n,
+                         offset=arr.offset * np.dtype(np_dtype).itemsize)
+
+
+def _numpy_eval(tree: tuple, dtypes: tuple, arrays: list) -> np.ndarray:
+    owned: set[int] = set()
+
+    def run(node, info):
+        head = node[0]
+        if head == "col":
+            return arrays[node[1]]
+        if head == "const":
+            return node[1]
+        dtype, child_info = info
+        args = [run(a, d) for a, d in zip(node[1], child_info)]
+        x = args[0]
+        if head in _INTEGER_IDENTITY and dtype.kind in "iub":
+            return x
+        if head in ("floordiv", "mod") and dtype.kind in "iu":
+            d = args[1]
+            if (np.any(d == 0) if isinstance(d, np.ndarray) else d == 0):
+                raise ZeroDivisionError("integer division by zero in a column expression")
+        out = next((a for a in args if isinstance(a, np.ndarray) and id(a) in owned
+                    and a.dtype == dtype), None)
+        if head == "clip":
+            lo, hi = args[1], args[2]
+            res = x.astype(dtype, copy=False) if x.dtype != dtype else x
+            if lo is not None or hi is not None:
+                res = np.clip(res, lo, hi, out=out if out is not None and out is res else None)
+        elif head == "sigmoid":
+            res = np.negative(x, dtype=dtype, out=out)
+            np.exp(res, out=res)
+            np.add(res, 1, out=res)
+            np.reciprocal(res, out=res)
+        elif OPS[head][1]:  # comparisons: NumPy picks the loop, the result is bool
+            res = _NUMPY[head](*args)
+        else:
+            res = _NUMPY[head](*args, out=out, dtype=dtype)
+        if isinstance(res, np.ndarray):
+            owned.add(id(res))
+        return res
+
+    with np.errstate(all="ignore"):
+        return run(tree, dtypes)
+
+
+def _validity_numpy(cols: list) -> np.ndarray | None:
+    masks = [c._data.is_valid().to_numpy(zero_copy_only=False)
+             for c in cols if c._data.null_count]
     if not masks:
         return None
-    out = masks[0].clone()
-    for m in masks[1:]:
-        out &= m
-    return out
+    return masks[0] if len(masks) == 1 else np.logical_and.reduce(masks)
 
 
-def _guard_divisors(expr: Expr, cols: list, tensors: list) -> list:
-    """Integer // and % by a null slot must not raise: give null divisor slots the value 1."""
-    index = {id(c): i for i, c in enumerate(cols)}
+def _guard_divisors(tree: tuple, cols: list, values: list, where) -> list:
+    """Integer // and % by a null slot must not fail: null divisor slots get the value 1."""
 
-    def walk(e):
-        for a in e.args:
-            if isinstance(a, Expr):
-                walk(a)
-        if e.op in _INT_DIVISION and _is_column(e.args[1]):
-            c = e.args[1]
-            valid = validity_tensor(c._data)
-            if valid is not None and not tensors[index[id(c)]].is_floating_point():
-                i = index[id(c)]
-                tensors[i] = torch.where(valid, tensors[i], torch.ones_like(tensors[i]))
+    def walk(node):
+        if node[0] in ("col", "const"):
+            return
+        for a in node[1]:
+            walk(a)
+        if node[0] in _INT_DIVISION and node[1][1][0] == "col":
+            i = node[1][1][1]
+            arr = cols[i]._data
+            if arr.null_count and not pa.types.is_floating(arr.type):
+                valid = arr.is_valid().to_numpy(zero_copy_only=False)
+                values[i] = where(valid, values[i])
 
-    walk(expr)
-    return tensors
-
-
-def to_arrow(values: torch.Tensor, valid: torch.Tensor | None) -> pa.Array:
-    """Wrap a result tensor as an Arrow array (zero-copy for non-boolean values)."""
-    values = values.contiguous()
-    arr = values.numpy()
-    mask = None if valid is None else ~valid.numpy()
-    return pa.array(arr, mask=mask)
+    walk(tree)
+    return values
 
 
 _COMPILE_ROWS: int | None = None
@@ -194,27 +267,36 @@ def set_compile_threshold(rows: int | None) -> None:
 
 
 def evaluate(expr: Expr, fn: Callable | None = None) -> pa.Array:
-    """Evaluate ``expr`` eagerly with torch (or with ``fn``, e.g. a compiled function)."""
+    """Evaluate ``expr``: in NumPy, or with ``fn`` (a compiled torch function) if given."""
     cols = leaves(expr)
+    tree = plan(expr, cols)
     if fn is None and _COMPILE_ROWS is not None and cols and len(cols[0]) >= _COMPILE_ROWS:
         if compiler_available():
             fn = compile_expr(expr)
         else:
             _log.info("compile threshold reached but ember.core.compile is unavailable")
-    tensors = _guard_divisors(expr, cols, [values_tensor(c._data) for c in cols])
-    values = (fn or build_function(plan(expr, cols)))(*tensors)
-    if not isinstance(values, torch.Tensor):  # a tree over constants only
+    valid = _validity_numpy(cols)
+    mask = None if valid is None else ~valid
+    if fn is not None:
+        tensors = _guard_divisors(tree, cols, [values_tensor(c._data) for c in cols],
+                                  lambda v, x: torch.where(torch.from_numpy(v), x,
+                                                           torch.ones_like(x)))
+        out = fn(*tensors)
+        return pa.array(out.contiguous().numpy(), mask=mask)
+    arrays = _guard_divisors(tree, cols, [values_numpy(c._data) for c in cols],
+                             lambda v, x: np.where(v, x, np.ones_like(x)))
+    out = _numpy_eval(tree, node_dtypes(tree), arrays)
+    if not isinstance(out, np.ndarray):
         raise TypeError("expression has no column operand")
-    return to_arrow(values, _validity(expr, cols))
+    return pa.array(out, mask=mask)
 
 
 def result_dtype(expr: Expr) -> dt.DType:
     """The dtype ``expr`` produces: torch's promotion over the leaf dtypes and constants."""
     cols = leaves(expr)
-    meta = [torch.empty(0, dtype=torch_dtype(c.dtype)) for c in cols]
-    out = build_function(plan(expr, cols))(*meta)
-    nullable = any(c.dtype.nullable for c in cols)
-    return _TORCH_TO_DTYPE[out.dtype](nullable=nullable)
+    np_dtype = node_dtypes(plan(expr, cols))[0]
+    tdt = torch.from_numpy(np.empty(0, dtype=np_dtype)).dtype
+    return _TORCH_TO_DTYPE[tdt](nullable=any(c.dtype.nullable for c in cols))
 
 
 _COMPILED: dict[tuple, Callable] = {}
