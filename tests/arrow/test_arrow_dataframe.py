@@ -194,3 +194,14 @@ def test_head_tail_iteration_repr():
     assert [r.x for r in df.tail(2)] == [18, 19]
     text = repr(df)
     assert "count: 20" in text and "..." in text
+
+
+def test_filter_defers_columns_until_read():
+    df = ea.dataframe({"x": [1, 2, 3, 4], "s": ["a", "b", None, "d"]})
+    out = df[df.x > 1]
+    assert len(out) == 3 and out["s"].is_lazy and out["x"].is_lazy
+    assert out["x"].to_pylist() == [2, 3, 4]
+    assert out["s"].is_lazy  # still untouched
+    assert out["s"].to_pylist() == ["b", None, "d"] and not out["s"].is_lazy
+    masked = df[ea.column([True, None, False, True])]  # a null mask entry drops the row
+    assert masked.to_pylist() == [(1, "a"), (4, "d")]

@@ -54,7 +54,7 @@ def _is_scalar(x) -> bool:
 class Column:
     """A typed vector over an Arrow array; see ``ember.arrow.column`` to make one."""
 
-    __slots__ = ("_arr", "_dtype", "_expr", "_fn", "_len", "__weakref__")
+    __slots__ = ("_arr", "_dtype", "_expr", "_fn", "_len", "_thunk", "__weakref__")
     __hash__ = None  # type: ignore[assignment]  # == is element-wise
 
     def __init__(self, data: pa.Array, dtype: dt.DType | None = None):
@@ -70,12 +70,22 @@ class Column:
         elif not dtype.nullable and data.null_count:
             dtype = dtype.with_null()
         self._arr, self._dtype, self._expr, self._fn, self._len = data, dtype, None, None, None
+        self._thunk = None
 
     @classmethod
     def _lazy(cls, expr: lazy.Expr, length: int) -> Column:
         self = cls.__new__(cls)
-        self._arr, self._expr, self._fn, self._len = None, expr, None, length
+        self._arr, self._expr, self._fn, self._len, self._thunk = None, expr, None, length, None
         self._dtype = lazy.result_dtype(expr)
+        return self
+
+    @classmethod
+    def _deferred(cls, thunk: Callable[[], pa.Array], dtype: dt.DType, length: int) -> Column:
+        """A column whose array ``thunk()`` computes on first use (e.g. a filtered column
+        of a frame: only the columns read afterwards are ever filtered)."""
+        self = cls.__new__(cls)
+        self._arr, self._expr, self._fn, self._len = None, None, None, length
+        self._thunk, self._dtype = thunk, dtype
         return self
 
     def __reduce__(self):
@@ -84,8 +94,11 @@ class Column:
     @property
     def _data(self) -> pa.Array:
         if self._arr is None:
-            self._arr = lazy.evaluate(self._expr, self._fn)
-            self._expr = self._fn = None
+            if self._expr is not None:
+                self._arr = lazy.evaluate(self._expr, self._fn)
+            else:
+                self._arr = self._thunk()
+            self._expr = self._fn = self._thunk = None
         return self._arr
 
     # ------------------------------------------------------------------ basics
@@ -192,7 +205,7 @@ class Column:
 
     def compile(self) -> Column:
         """Evaluate this lazy expression through ``ember.core.compile`` as one kernel."""
-        if self._arr is not None:
+        if self._expr is None:
             return self
         out = Column._lazy(self._expr, self._len)
         out._fn = lazy.compile_expr(self._expr)
@@ -496,7 +509,7 @@ class Column:
 def _operand(x):
     """A column as an expression argument: its tree if lazy (so trees fuse), else itself."""
     if isinstance(x, Column):
-        return x._expr if x._arr is None else x
+        return x._expr if x._expr is not None else x
     return lazy.as_numpy_scalar(x)
 
 

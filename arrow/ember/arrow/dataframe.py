@@ -6,6 +6,7 @@ Relational work (sort, groupby, join, dedup) is done by Arrow's engine on a zero
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -265,8 +266,11 @@ class DataFrame:
             rows = self.select(*(columns or self.columns)).to_pylist()
             predicate = [bool(predicate(*r)) for r in rows]
         mask = _mask(predicate, None, self._n)
-        table = self.to_arrow().filter(mask, null_selection_behavior="drop")
-        return self._from_table(table)
+        if mask.null_count:
+            mask = pc.fill_null(mask, False)
+        n = pc.sum(mask).as_py() or 0
+        return DataFrame({name: Column._deferred(functools.partial(_filtered, c, mask), c.dtype, n)
+                          for name, c in self._cols.items()})
 
     def where(self, *conditions) -> DataFrame:
         """Rows where every condition (boolean Column or expression) is true."""
@@ -303,10 +307,6 @@ class DataFrame:
 
     def _take(self, idx) -> DataFrame:
         return DataFrame({n: c._with(c._data.take(idx)) for n, c in self._cols.items()})
-
-    def _from_table(self, table: pa.Table) -> DataFrame:
-        return DataFrame({n: self._cols[n]._with(table.column(n).combine_chunks())
-                          for n in self.columns})
 
     # ------------------------------------------------------------------ nulls
     def fill_null(self, value) -> DataFrame:
@@ -499,6 +499,10 @@ for _op in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", 
     setattr(DataFrame, f"__{_op}__", _frame_op(f"__{_op}__"))
 
 
+def _filtered(col: Column, mask: pa.Array) -> pa.Array:
+    return pc.filter(col._data, mask)
+
+
 def _struct_to_frame(c):
     if isinstance(c, Column) and dt.is_struct(c.dtype) and c.null_count == 0:
         return DataFrame({f.name: c.field(f.name) for f in c.dtype.fields})
@@ -545,7 +549,10 @@ class GroupedDataFrame:
             df = _drop_null_rows(df, self._keys)
         table = df.to_arrow()
         aggs = [(c, _AGGS[f]) for c, fns in spec.items() for f in fns]
-        res = table.group_by(self._keys, use_threads=False).aggregate(aggs)
+        # Threads reorder groups and list items: use them only when the output is sorted
+        # anyway and no aggregation depends on row order.
+        threads = self._sort and not any(f in ("list", "first", "last") for _, f in aggs)
+        res = table.group_by(self._keys, use_threads=threads).aggregate(aggs)
         if self._sort:
             res = res.sort_by([(k, "ascending") for k in self._keys])
         out = {k: df._cols[k]._with(res.column(k).combine_chunks()) for k in self._keys}
