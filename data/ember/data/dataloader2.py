@@ -145,16 +145,17 @@ class _Workers:
     def _recv(self, w: int) -> tuple:
         conn, proc = self.data[w], self.procs[w]
         start = time.monotonic()
+        eof = False
         while True:
-            if conn.poll(_POLL):
+            if not eof and conn.poll(_POLL):
                 try:
                     return pickle.loads(conn.recv_bytes())
                 except EOFError:
-                    pass
-            if not proc.is_alive() or conn.closed:
-                if not conn.closed and conn.poll(0):
+                    eof = True  # the worker closed its end: it is exiting or dead
+            if eof or not proc.is_alive():
+                if not eof and conn.poll(0):
                     continue
-                proc.join(0.5)
+                proc.join(1.0)
                 raise RuntimeError(f"DataLoader worker {w} (pid {proc.pid}) exited "
                                    f"unexpectedly ({_describe_exit(proc.exitcode)})")
             timeout = self.plan.timeout

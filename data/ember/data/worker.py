@@ -26,6 +26,17 @@ from ember.data.transport import SlotWriter
 _POLL = 0.05
 
 
+def _alive(pid: int) -> bool:
+    """Whether the main process still exists (the parent may be a forkserver, not main)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @dataclass
 class WorkerInfo:
     """What a worker knows about itself (passed to ``worker_init_fn``)."""
@@ -120,7 +131,7 @@ def worker_loop(datapipe, worker_id: int, num_workers: int, epoch_seed: int, sha
                 next_slot = (next_slot + 1) % num_slots
                 data, metas, handle = writer.encode(item, slot)
                 send(("item", s, data, metas, slot, handle))
-            if os.getppid() != parent_pid:
+            if not _alive(parent_pid):
                 return
     except (KeyboardInterrupt, BrokenPipeError, EOFError):
         return
@@ -131,7 +142,7 @@ def worker_loop(datapipe, worker_id: int, num_workers: int, epoch_seed: int, sha
             exc = None
         try:
             send(("error", -1, type(e).__name__, traceback.format_exc(), exc))
-            while os.getppid() == parent_pid:
+            while _alive(parent_pid):
                 if cmd_conn.poll(_POLL) and cmd_conn.recv()[0] == "stop":
                     return
         except (BrokenPipeError, EOFError, OSError):

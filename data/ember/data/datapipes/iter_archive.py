@@ -13,6 +13,7 @@ import posixpath
 import stat
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 
 from ember.data.datapipes.base import IterDataPipe, PipeIterator, check_pipe, functional_datapipe
@@ -62,7 +63,7 @@ class TarArchiveLoader(IterDataPipe):
                                                  "file (device or FIFO); refused")
                     f = tar.extractfile(member)
                     yield os.path.join(path, name), io.BytesIO(f.read())
-        except (tarfile.TarError, EOFError, OSError, zipfile.BadZipFile) as e:
+        except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
             raise RuntimeError(f"corrupt tar archive {path!r}: {e}") from e
 
     def _iterator(self) -> PipeIterator:
@@ -88,11 +89,11 @@ class ZipArchiveLoader(IterDataPipe):
                     if mode and stat.S_ISLNK(mode):
                         raise UnsafeArchiveError(f"{path}: member {info.filename!r} is a "
                                                  "symbolic link; links are refused")
-                    if mode and not stat.S_ISREG(mode):
+                    if stat.S_IFMT(mode) not in (0, stat.S_IFREG):
                         raise UnsafeArchiveError(f"{path}: member {info.filename!r} is a "
                                                  "special file; refused")
                     yield os.path.join(path, name), io.BytesIO(zf.read(info))
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as e:
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, zlib.error) as e:
             raise RuntimeError(f"corrupt zip archive {path!r}: {e}") from e
 
     def _iterator(self) -> PipeIterator:

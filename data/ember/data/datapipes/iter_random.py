@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ember.data.datapipes.base import IterDataPipe, PipeIterator, check_pipe, functional_datapipe
-from ember.data.datapipes.context import seed_for
+from ember.data.datapipes.context import derive_seed, seed_for
 from ember.data.datapipes.iter_basic import Batcher, UnBatcher, _SourceIterator
 
 __all__ = ["BucketBatcher", "InBatchShuffler", "RandomSplitter", "Shuffler"]
@@ -141,16 +141,26 @@ class BucketBatcher(IterDataPipe):
         bucket = batch_size * batch_num
         pool = bucket * bucket_num
         dp = datapipe
+        self._randoms: list[_RandomPipe] = []
         if bucket_num > 1 or sort_key is None:
-            dp = (UnBatcher(InBatchShuffler(Batcher(dp, pool))) if use_in_batch_shuffle
-                  else Shuffler(dp, buffer_size=pool))
+            dp = self._random(UnBatcher(InBatchShuffler(Batcher(dp, pool)))
+                              if use_in_batch_shuffle else Shuffler(dp, buffer_size=pool))
         if sort_key is not None:
             dp = UnBatcher(Batcher(dp, bucket).map(sort_key))
         dp = Batcher(dp, batch_size, drop_last=drop_last)
         if sort_key is not None:
-            dp = (UnBatcher(InBatchShuffler(Batcher(dp, bucket_num))) if use_in_batch_shuffle
-                  else Shuffler(dp, buffer_size=bucket))
+            dp = self._random(UnBatcher(InBatchShuffler(Batcher(dp, bucket_num)))
+                              if use_in_batch_shuffle else Shuffler(dp, buffer_size=bucket))
         self.source = dp
+
+    def _random(self, dp: IterDataPipe) -> IterDataPipe:
+        self._randoms.append(dp if isinstance(dp, _RandomPipe) else dp.source)
+        return dp
+
+    def set_seed(self, seed: int) -> BucketBatcher:
+        for i, dp in enumerate(self._randoms):
+            dp.set_seed(derive_seed(seed, i))
+        return self
 
     def _iterator(self) -> PipeIterator:
         return self.source._iterator()
