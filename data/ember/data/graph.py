@@ -22,10 +22,13 @@ def _inputs(dp) -> list:
     for value in vars(dp).values():
         if isinstance(value, _PIPES):
             out.append(value)
-        elif isinstance(value, (list, tuple)):
-            out += [v for v in value if isinstance(v, _PIPES)]
         elif isinstance(value, dict):
-            out += [v for v in value.values() if isinstance(v, _PIPES)]
+            first = next(iter(value.values()), None)
+            value = list(value.values()) if isinstance(first, _PIPES) else None
+        # Only containers that start with a pipe are scanned: a pipe's data (a list of a
+        # million samples) must not be walked, which would also copy its pages in workers.
+        if isinstance(value, (list, tuple)) and value and isinstance(value[0], _PIPES):
+            out += [v for v in value if isinstance(v, _PIPES)]
     return out
 
 
