@@ -69,17 +69,77 @@ def sinc_resample_kernel(orig_freq: int, new_freq: int, lowpass_filter_width: in
                           resampling_method, beta, dtype, str(torch.device(device)))
 
 
+@functools.lru_cache(maxsize=64)
+def _polyphase_plan(support: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int, int, int], ...]:
+    """Split the phases into groups of consecutive phases whose taps are mostly non-zero.
+
+    ``support`` holds each phase's (first, last) non-zero tap. Returns (first phase, end
+    phase, first tap, tap count) per group. The dense kernel spans ``orig`` + 2 * width taps
+    while each phase uses only ~2 * width of them, so grouping skips the zeros.
+    """
+    n = len(support)
+    best: tuple[int, tuple] | None = None
+    size = 1
+    while True:
+        groups = []
+        for p0 in range(0, n, size):
+            p1 = min(n, p0 + size)
+            lo = min(support[p][0] for p in range(p0, p1))
+            hi = max(support[p][1] for p in range(p0, p1))
+            groups.append((p0, p1, lo, hi - lo + 1))
+        # cost: multiply-adds per input block plus a fixed price per group (one matmul call)
+        cost = sum((p1 - p0) * length for p0, p1, _, length in groups) + 1500 * len(groups)
+        if best is None or cost < best[0]:
+            best = (cost, tuple(groups))
+        if size >= n:
+            return best[1]
+        size *= 2
+
+
+def _support(kernel: Tensor) -> tuple[tuple[int, int], ...]:
+    nz = kernel.detach()[:, 0].abs().cpu() > 0
+    taps = torch.arange(nz.shape[-1])
+    first = torch.where(nz, taps, nz.shape[-1]).amin(-1).clamp(max=nz.shape[-1] - 1)
+    last = torch.where(nz, taps, -1).amax(-1).clamp(min=0)
+    return tuple(zip(first.tolist(), last.tolist()))
+
+
 def apply_sinc_resample_kernel(waveform: Tensor, orig_freq: int, new_freq: int, kernel: Tensor,
-                               width: int) -> Tensor:
-    """Resample ``[..., time]`` with a kernel from :func:`sinc_resample_kernel`."""
+                               width: int,
+                               plan: tuple[tuple[int, int, int, int], ...] | None = None
+                               ) -> Tensor:
+    """Resample ``[..., time]`` with a kernel from :func:`sinc_resample_kernel`.
+
+    Equivalent to one ``conv1d(stride=orig)`` with the dense kernel. Computed as one GEMM
+    per group of phases (``plan``) over strided windows of the padded signal, which skips
+    the kernel's zero taps and copies no windows.
+    """
     g = math.gcd(orig_freq, new_freq)
     orig, new = orig_freq // g, new_freq // g
+    if plan is None:
+        plan = _polyphase_plan(_support(kernel))
     shape = waveform.shape
     x = waveform.reshape(-1, shape[-1])
-    length = x.shape[-1]
-    x = F.pad(x, (width, width + orig))
-    out = F.conv1d(x[:, None], kernel, stride=orig)  # (batch, phases, steps)
-    out = out.transpose(1, 2).reshape(x.shape[0], -1)
+    batch, length = x.shape
+    # Each row is zero-padded to a whole number of blocks, at least as long as conv1d's
+    # padded input; then the windows of all rows form one (rows, taps) strided matrix and
+    # every window a kept output reads lies inside its own row.
+    blocks = -(-(length + 2 * width + orig) // orig)
+    rows = batch * blocks
+    # one buffer: the padded rows, then a tail read only by the last row's spare windows;
+    # only the padding is zeroed (a full memset would cost as much as the copy)
+    flat = x.new_empty(rows * orig + kernel.shape[-1])
+    grid = flat[: rows * orig].view(batch, blocks * orig)
+    grid[:, :width].zero_()
+    grid[:, width + length:].zero_()
+    flat[rows * orig:].zero_()
+    grid[:, width:width + length].copy_(x)
+    parts = []
+    for p0, p1, start, taps in plan:
+        frames = flat[start:].unfold(0, taps, orig)[:rows]  # (rows, taps), a view
+        parts.append(torch.mm(frames, kernel[p0:p1, 0, start:start + taps].t()))
+    out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)  # (rows, new)
+    out = out.reshape(batch, -1)
     target = -(-new * length // orig)  # ceil(new * length / orig)
     return out[..., :target].reshape(shape[:-1] + (target,))
 
