@@ -134,3 +134,16 @@ def test_to_tensor_validates():
         ea.column(["a"]).to_tensor(ea.PadSequence())
     with pytest.raises(TypeError, match="Column or DataFrame"):
         ea.to_tensor(pa.array([1]))
+
+
+def test_from_arrow_table_gives_plain_tensors_for_null_free_columns():
+    table = pa.table({"x": np.arange(5.0), "y": pa.array([1, None, 3, 4, 5])})
+    df = ea.from_arrow(table)  # Arrow marks both fields nullable; only y holds a null
+    assert df.dtype.get("x") == dt.float64 and df.dtype.get("y") == dt.Int64(nullable=True)
+    out = df.to_tensor()
+    assert isinstance(out.x, torch.Tensor)
+    assert out.x.data_ptr() == table.column("x").chunk(0).buffers()[1].address
+    assert isinstance(out.y, ea.WithPresence)
+    declared = ea.from_arrow(table, dt.Struct([dt.Field("x", dt.Float64(nullable=True)),
+                                               dt.Field("y", dt.Int64(nullable=True))]))
+    assert isinstance(declared.to_tensor().x, ea.WithPresence)

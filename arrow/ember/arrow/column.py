@@ -501,7 +501,8 @@ class Column:
         except KeyError:
             raise KeyError(f"struct column has no field {name!r}; fields: "
                            f"{[f.name for f in self.dtype.fields]}") from None
-        return Column(pc.struct_field(self._data, name))
+        index = [f.name for f in self.dtype.fields].index(name)
+        return Column(self._data.flatten()[index])  # null struct rows give null fields
 
 
 # ---------------------------------------------------------------------- helpers

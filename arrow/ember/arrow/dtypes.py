@@ -271,9 +271,9 @@ def dtype_of_array(arr: pa.Array) -> DType:
         return Map(dtype_of_array(arr.keys), dtype_of_array(arr.items), nullable)
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return List(dtype_of_array(arr.flatten()), nullable)
-    if pa.types.is_struct(t):
-        return Struct([Field(t.field(i).name, dtype_of_array(arr.field(i)))
-                       for i in range(t.num_fields)], nullable)
+    if pa.types.is_struct(t):  # flatten(): a null struct row makes its fields null
+        return Struct([Field(t.field(i).name, dtype_of_array(child))
+                       for i, child in enumerate(arr.flatten())], nullable)
     return from_arrow_type(t, nullable)
 
 

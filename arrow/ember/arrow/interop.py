@@ -38,16 +38,17 @@ def from_arrow(data: pa.Array | pa.ChunkedArray | pa.Table | pa.RecordBatch,
                dtype: dt.DType | None = None) -> Column | DataFrame:
     """A Column from an Arrow array, a DataFrame from a table or record batch.
 
-    The data is not copied (chunked arrays with several chunks are concatenated).
-    Nullability comes from the schema's fields, or from the null count for bare arrays.
+    The data is not copied (chunked arrays with several chunks are concatenated). Dtypes
+    are nullable exactly where nulls occur (Arrow schemas mark nearly every field
+    nullable), so null-free numeric columns convert to plain tensors; pass ``dtype`` to
+    declare nullability instead.
     """
     if isinstance(data, (pa.Table, pa.RecordBatch)):
         cols = {}
         for f, arr in zip(data.schema, data.columns):
             if isinstance(arr, pa.ChunkedArray):
                 arr = arr.combine_chunks()
-            arr = _normalize(arr)
-            cols[f.name] = Column(arr, dt.from_arrow_type(arr.type, f.nullable))
+            cols[f.name] = Column(_normalize(arr))
         df = DataFrame(cols)
         return df if dtype is None else df.cast(dtype)
     if isinstance(data, pa.StructArray) and data.null_count == 0:
@@ -57,15 +58,12 @@ def from_arrow(data: pa.Array | pa.ChunkedArray | pa.Table | pa.RecordBatch,
     if not isinstance(data, pa.Array):
         raise TypeError(f"from_arrow(): expected a pyarrow Array, ChunkedArray, Table or "
                         f"RecordBatch, got {type(data).__name__}")
-    data = _normalize(data)
-    col = Column(data, dt.from_arrow_type(data.type, data.null_count > 0))
+    col = Column(_normalize(data))
     return col if dtype is None else col.cast(dtype)
 
 
 def _tight(df: DataFrame, dtype: dt.DType | None) -> DataFrame:
-    """Nullable exactly where nulls occur (pandas and polars declare no nullability)."""
-    out = DataFrame({n: Column(_normalize(c._data)) for n, c in df._cols.items()})
-    return out if dtype is None else out.cast(dtype)
+    return df if dtype is None else df.cast(dtype)
 
 
 def from_pandas(data: Any, dtype: dt.DType | None = None) -> Column | DataFrame:

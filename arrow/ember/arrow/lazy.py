@@ -24,6 +24,10 @@ from ember.arrow import dtypes as dt
 from ember.core.logs import get_logger
 
 _log = get_logger("arrow")
+# Tensors over Arrow buffers are read-only views by design (documented on to_tensor);
+# torch's warning about that is silenced for calls made from this package only.
+warnings.filterwarnings("ignore", message="The given buffer is not writable",
+                        category=UserWarning, module=r"ember\.arrow\.")
 
 # op name -> (torch function, result is boolean)
 OPS: dict[str, tuple[Callable, bool]] = {
@@ -77,9 +81,7 @@ def values_tensor(arr: pa.Array) -> torch.Tensor:
     if n == 0:
         return torch.empty(0, dtype=tdt)
     size = torch.empty(0, dtype=tdt).element_size()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # read-only buffer: we never write it
-        return torch.frombuffer(arr.buffers()[1], dtype=tdt, count=n, offset=arr.offset * size)
+    return torch.frombuffer(arr.buffers()[1], dtype=tdt, count=n, offset=arr.offset * size)
 
 
 def leaves(expr: Expr) -> list:

@@ -134,7 +134,7 @@ def _convert(arr: pa.Array, dtype: dt.DType):
                          _convert(keys, dtype.key_dtype), _convert(items, dtype.item_dtype))
     if isinstance(dtype, dt.Struct):
         tup = struct_tuple_type(dtype)
-        return tup(*(_convert(pc.struct_field(arr, f.name), f.dtype) for f in dtype.fields))
+        return tup(*(_convert(child, f.dtype) for child, f in zip(arr.flatten(), dtype.fields)))
     raise TypeError(f"to_tensor(): no tensor form for dtype {dtype} ({Column.__name__})")
 
 
