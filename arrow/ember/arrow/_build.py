@@ -8,6 +8,13 @@ import pyarrow as pa
 from ember.arrow import dtypes as dt
 
 
+def one_array(values: pa.ChunkedArray) -> pa.Array:
+    """A chunked array as one array: its only chunk as is (no copy), else concatenated."""
+    if values.num_chunks == 1:
+        return values.chunk(0)
+    return values.combine_chunks()
+
+
 def _check_no_undeclared_nulls(arr: pa.Array, dtype: dt.DType, name: str) -> None:
     if not dtype.nullable and arr.null_count:
         raise TypeError(f"{name}: dtype {dtype} is not nullable but the data holds "
@@ -29,7 +36,7 @@ def _tuples_to_dicts(values, dtype: dt.Struct):
 def python_to_arrow(values, dtype: dt.DType | None, name: str = "data") -> pa.Array:
     """An Arrow array holding ``values``; ``dtype`` None infers as TorchArrow does."""
     if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
+        values = one_array(values)
     if isinstance(values, pa.Array):
         arr = values
         if pa.types.is_dictionary(arr.type):

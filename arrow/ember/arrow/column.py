@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from ember.arrow import dtypes as dt
 from ember.arrow import lazy
-from ember.arrow._build import python_to_arrow
+from ember.arrow._build import one_array, python_to_arrow
 
 _REPR_ROWS = 10
 
@@ -59,7 +59,7 @@ class Column:
 
     def __init__(self, data: pa.Array, dtype: dt.DType | None = None):
         if isinstance(data, pa.ChunkedArray):
-            data = data.combine_chunks()
+            data = one_array(data)
         if not isinstance(data, pa.Array):
             raise TypeError(f"Column() takes a pyarrow.Array, got {type(data).__name__}; "
                             "use ember.arrow.column(data) for other data")

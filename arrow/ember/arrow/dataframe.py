@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ember.arrow import dtypes as dt
-from ember.arrow._build import python_to_arrow
+from ember.arrow._build import one_array, python_to_arrow
 from ember.arrow.column import Column, _is_scalar, _mask, column
 from ember.arrow.expression import Expression, bind
 
@@ -353,7 +353,7 @@ class DataFrame:
         agg = table.group_by(keys, use_threads=False).aggregate(
             [("__row", "min" if keep == "first" else "max")])
         idx = pc.sort_indices(agg.column(f"__row_{'min' if keep == 'first' else 'max'}"))
-        return self._take(agg.column(-1).combine_chunks().take(idx))
+        return self._take(one_array(agg.column(-1)).take(idx))
 
     # ------------------------------------------------------------------ relational
     def groupby(self, by: str | Sequence[str], sort: bool = False,
@@ -407,7 +407,7 @@ class DataFrame:
         names = [c for c in left.column_names if c != "__l"] + [
             c for c in right.column_names if c != "__r" and c in joined.column_names
             and c not in left.column_names]
-        return DataFrame({n: Column(joined.column(n).combine_chunks()) for n in names})
+        return DataFrame({n: Column(one_array(joined.column(n))) for n in names})
 
     def describe(self, percentiles: Sequence[float] = (0.25, 0.5, 0.75)) -> DataFrame:
         """count, mean, std, min, percentiles and max of the numeric columns (float64)."""
@@ -555,11 +555,11 @@ class GroupedDataFrame:
         res = table.group_by(self._keys, use_threads=threads).aggregate(aggs)
         if self._sort:
             res = res.sort_by([(k, "ascending") for k in self._keys])
-        out = {k: df._cols[k]._with(res.column(k).combine_chunks()) for k in self._keys}
+        out = {k: df._cols[k]._with(one_array(res.column(k))) for k in self._keys}
         for c, fns in spec.items():
             for f in fns:
                 name = c if c in plain else f"{c}.{f}"
-                out[name] = Column(res.column(f"{c}_{_AGGS[f]}").combine_chunks())
+                out[name] = Column(one_array(res.column(f"{c}_{_AGGS[f]}")))
         return DataFrame(out)
 
     def sum(self) -> DataFrame:
@@ -583,8 +583,8 @@ class GroupedDataFrame:
             self._keys, use_threads=False).aggregate([([], "count_all")])
         if self._sort:
             res = res.sort_by([(k, "ascending") for k in self._keys])
-        return DataFrame({**{k: Column(res.column(k).combine_chunks()) for k in self._keys},
-                          "size": Column(res.column("count_all").combine_chunks())})
+        return DataFrame({**{k: Column(one_array(res.column(k))) for k in self._keys},
+                          "size": Column(one_array(res.column("count_all")))})
 
 
 def _drop_null_rows(df: DataFrame, keys: list[str]) -> DataFrame:

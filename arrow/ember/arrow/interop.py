@@ -7,6 +7,7 @@ from typing import Any
 import pyarrow as pa
 
 from ember.arrow import dtypes as dt
+from ember.arrow._build import one_array
 from ember.arrow.column import Column
 from ember.arrow.dataframe import DataFrame
 
@@ -47,14 +48,14 @@ def from_arrow(data: pa.Array | pa.ChunkedArray | pa.Table | pa.RecordBatch,
         cols = {}
         for f, arr in zip(data.schema, data.columns):
             if isinstance(arr, pa.ChunkedArray):
-                arr = arr.combine_chunks()
+                arr = one_array(arr)
             cols[f.name] = Column(_normalize(arr))
         df = DataFrame(cols)
         return df if dtype is None else df.cast(dtype)
     if isinstance(data, pa.StructArray) and data.null_count == 0:
         return from_arrow(pa.RecordBatch.from_struct_array(data), dtype)
     if isinstance(data, pa.ChunkedArray):
-        data = data.combine_chunks()
+        data = one_array(data)
     if not isinstance(data, pa.Array):
         raise TypeError(f"from_arrow(): expected a pyarrow Array, ChunkedArray, Table or "
                         f"RecordBatch, got {type(data).__name__}")
