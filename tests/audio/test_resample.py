@@ -8,7 +8,11 @@ import torch
 
 from ember.audio import functional as F
 from ember.audio import transforms as T
-from ember.audio.functional.resampling import sinc_resample_kernel
+from ember.audio.functional.resampling import (
+    apply_sinc_resample_kernel,
+    polyphase_plan,
+    sinc_resample_kernel,
+)
 
 
 def reference_resample(x: np.ndarray, orig: int, new: int, width: int = 6,
@@ -116,3 +120,23 @@ def test_bad_rates_and_shapes():
         F.resample(torch.ones(10, dtype=torch.int64), 2, 3)
     with pytest.raises(ValueError, match="orig_freq"):
         T.Resample(-1, 16000)
+
+
+@pytest.mark.parametrize("orig,new", [(44100, 16000), (48000, 44100), (16000, 8000)])
+def test_grouped_polyphase_equals_dense_strided_conv(orig, new):
+    kernel, width = sinc_resample_kernel(orig, new, dtype=torch.float64)
+    plan = polyphase_plan(orig, new)
+    g = math.gcd(orig, new)
+    x = torch.randn(2, 3 * orig // g + 17, dtype=torch.float64)
+    padded = torch.nn.functional.pad(x, (width, width + orig // g))
+    dense = torch.nn.functional.conv1d(padded[:, None], kernel, stride=orig // g)
+    dense = dense.transpose(1, 2).reshape(2, -1)[:, : math.ceil(new * x.shape[-1] / orig)]
+    torch.testing.assert_close(apply_sinc_resample_kernel(x, orig, new, kernel, width, plan),
+                               dense, atol=1e-12, rtol=0)
+
+
+def test_functional_resample_traces_without_graph_breaks():
+    torch._dynamo.reset()
+    x = torch.randn(2, 4410)
+    fn = torch.compile(lambda v: F.resample(v, 44100, 16000), backend="eager", fullgraph=True)
+    torch.testing.assert_close(fn(x), F.resample(x, 44100, 16000))

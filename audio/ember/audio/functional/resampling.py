@@ -10,10 +10,9 @@ import functools
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["resample", "sinc_resample_kernel"]
+__all__ = ["apply_sinc_resample_kernel", "polyphase_plan", "resample", "sinc_resample_kernel"]
 
 _METHODS = ("sinc_interp_hann", "sinc_interp_kaiser")
 _KAISER_BETA = 14.769656459379492  # torchaudio's default: ~ -120 dB stopband
@@ -70,38 +69,39 @@ def sinc_resample_kernel(orig_freq: int, new_freq: int, lowpass_filter_width: in
 
 
 @functools.lru_cache(maxsize=64)
-def _polyphase_plan(support: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int, int, int], ...]:
-    """Split the phases into groups of consecutive phases whose taps are mostly non-zero.
+def polyphase_plan(orig_freq: int, new_freq: int, lowpass_filter_width: int = 6,
+                   rolloff: float = 0.99) -> tuple[tuple[int, int, int, int], ...]:
+    """Groups of consecutive phases and the taps they use: (first phase, end phase, first tap,
+    tap count). Plain integer math, so tracing sees constants.
 
-    ``support`` holds each phase's (first, last) non-zero tap. Returns (first phase, end
-    phase, first tap, tap count) per group. The dense kernel spans ``orig`` + 2 * width taps
-    while each phase uses only ~2 * width of them, so grouping skips the zeros.
+    The dense kernel spans ``orig + 2 * width`` taps, but phase ``p`` is non-zero only where
+    ``|base * ((k - width) / orig - p / new)| < lowpass_filter_width``; grouping phases
+    skips the zeros at the price of one GEMM per group.
     """
-    n = len(support)
-    best: tuple[int, tuple] | None = None
+    g = math.gcd(int(orig_freq), int(new_freq))
+    orig, new = int(orig_freq) // g, int(new_freq) // g
+    base = min(orig, new) * rolloff
+    width = math.ceil(lowpass_filter_width * orig / base)
+    n_taps = 2 * width + orig
+    reach = lowpass_filter_width * orig / base
+    support = [(max(0, math.floor(width + orig * p / new - reach)),
+                min(n_taps - 1, math.ceil(width + orig * p / new + reach))) for p in range(new)]
+    best: tuple[float, tuple] | None = None
     size = 1
     while True:
         groups = []
-        for p0 in range(0, n, size):
-            p1 = min(n, p0 + size)
-            lo = min(support[p][0] for p in range(p0, p1))
-            hi = max(support[p][1] for p in range(p0, p1))
+        for p0 in range(0, new, size):
+            p1 = min(new, p0 + size)
+            lo = min(first for first, _ in support[p0:p1])
+            hi = max(last for _, last in support[p0:p1])
             groups.append((p0, p1, lo, hi - lo + 1))
-        # cost: multiply-adds per input block plus a fixed price per group (one matmul call)
-        cost = sum((p1 - p0) * length for p0, p1, _, length in groups) + 1500 * len(groups)
+        # multiply-adds per block plus a price per group: narrow GEMMs run far below peak
+        cost = sum((p1 - p0) * taps for p0, p1, _, taps in groups) + 1500 * len(groups)
         if best is None or cost < best[0]:
             best = (cost, tuple(groups))
-        if size >= n:
+        if size >= new:
             return best[1]
         size *= 2
-
-
-def _support(kernel: Tensor) -> tuple[tuple[int, int], ...]:
-    nz = kernel.detach()[:, 0].abs().cpu() > 0
-    taps = torch.arange(nz.shape[-1])
-    first = torch.where(nz, taps, nz.shape[-1]).amin(-1).clamp(max=nz.shape[-1] - 1)
-    last = torch.where(nz, taps, -1).amax(-1).clamp(min=0)
-    return tuple(zip(first.tolist(), last.tolist()))
 
 
 def apply_sinc_resample_kernel(waveform: Tensor, orig_freq: int, new_freq: int, kernel: Tensor,
@@ -116,8 +116,8 @@ def apply_sinc_resample_kernel(waveform: Tensor, orig_freq: int, new_freq: int, 
     """
     g = math.gcd(orig_freq, new_freq)
     orig, new = orig_freq // g, new_freq // g
-    if plan is None:
-        plan = _polyphase_plan(_support(kernel))
+    if plan is None:  # one group spanning every tap: the dense kernel
+        plan = ((0, kernel.shape[0], 0, kernel.shape[-1]),)
     shape = waveform.shape
     x = waveform.reshape(-1, shape[-1])
     batch, length = x.shape
@@ -158,4 +158,5 @@ def resample(waveform: Tensor, orig_freq: int, new_freq: int, lowpass_filter_wid
     kernel, width = sinc_resample_kernel(orig, new, lowpass_filter_width, rolloff,
                                          resampling_method, beta, waveform.dtype,
                                          waveform.device)
-    return apply_sinc_resample_kernel(waveform, orig, new, kernel, width)
+    plan = polyphase_plan(orig, new, lowpass_filter_width, rolloff)
+    return apply_sinc_resample_kernel(waveform, orig, new, kernel, width, plan)

@@ -29,6 +29,8 @@ class Resample(nn.Module):
                 self.orig_freq, self.new_freq, lowpass_filter_width, rolloff, resampling_method,
                 beta, dtype or torch.float32)
             self.register_buffer("kernel", kernel.clone())
+            self.plan = FR.polyphase_plan(self.orig_freq, self.new_freq, lowpass_filter_width,
+                                          rolloff)
 
     def forward(self, waveform: Tensor) -> Tensor:
         if self.orig_freq == self.new_freq:
@@ -36,7 +38,8 @@ class Resample(nn.Module):
         if not waveform.is_floating_point():
             raise TypeError(f"waveform must be floating point, got {waveform.dtype}")
         return FR.apply_sinc_resample_kernel(waveform, self.orig_freq, self.new_freq,
-                                             self.kernel.to(waveform.dtype), self.width)
+                                             self.kernel.to(waveform.dtype), self.width,
+                                             self.plan)
 
 
 class MuLawEncoding(nn.Module):
