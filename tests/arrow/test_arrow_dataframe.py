@@ -205,3 +205,19 @@ def test_filter_defers_columns_until_read():
     assert out["s"].to_pylist() == ["b", None, "d"] and not out["s"].is_lazy
     masked = df[ea.column([True, None, False, True])]  # a null mask entry drops the row
     assert masked.to_pylist() == [(1, "a"), (4, "d")]
+
+
+def test_errors_name_the_column():
+    df = ea.dataframe({"a": [1, 2]})
+    with pytest.raises(ValueError, match="unknown column 'b'"):  # also a KeyError
+        df.sort("b")
+    with pytest.raises(ea.ColumnNotFoundError):
+        df.groupby("b")
+    with pytest.raises(TypeError, match="column 'a': .*not fit dtype int64"):
+        ea.dataframe({"a": ["x"]}, dtype=dt.Struct([dt.Field("a", dt.int64)]))
+    with pytest.raises(TypeError, match="column 'a': .*not nullable"):
+        ea.dataframe({"a": [1, None]}, dtype=dt.Struct([dt.Field("a", dt.int64)]))
+    with pytest.raises(TypeError, match="column 'a'"):
+        ea.dataframe({"a": ["x"]}).cast(dt.Struct([dt.Field("a", dt.int64)]))
+    with pytest.raises(ValueError, match="do not match dtype fields"):
+        ea.dataframe({"a": [1]}, dtype=dt.Struct([dt.Field("z", dt.int64)]))

@@ -7,7 +7,7 @@ operations run through ``pyarrow.compute`` or torch over zero-copy buffer views,
 
 from ember.arrow import datapipes, dtypes, functional
 from ember.arrow.column import Column, column
-from ember.arrow.dataframe import DataFrame, GroupedDataFrame, dataframe
+from ember.arrow.dataframe import ColumnNotFoundError, DataFrame, GroupedDataFrame, dataframe
 from ember.arrow.expression import Expression, me
 from ember.arrow.interop import (
     from_arrow,
@@ -28,8 +28,9 @@ from ember.arrow.tensor import (
 )
 
 __all__ = [
-    "Column", "DataFrame", "Expression", "GroupedDataFrame", "PackedList", "PackedMap",
-    "PadSequence", "WithPresence", "column", "dataframe", "datapipes", "dtypes", "from_arrow",
-    "from_pandas", "from_polars", "from_tensor", "functional", "me", "to_arrow", "to_pandas",
-    "set_compile_threshold", "to_pylist", "to_tensor",
+    "Column", "ColumnNotFoundError", "DataFrame", "Expression", "GroupedDataFrame",
+    "PackedList", "PackedMap", "PadSequence", "WithPresence", "column", "dataframe",
+    "datapipes", "dtypes", "from_arrow", "from_pandas", "from_polars", "from_tensor",
+    "functional", "me", "set_compile_threshold", "to_arrow", "to_pandas", "to_pylist",
+    "to_tensor",
 ]

@@ -152,7 +152,13 @@ class Column:
                                                                                     np.bool_)):
             return self.filter(key)
         if isinstance(key, (list, range, np.ndarray, Column)):
-            idx = pa.array(list(key) if isinstance(key, range) else key, type=pa.int64())
+            if isinstance(key, Column):
+                if not dt.is_integer(key.dtype) or key.null_count:
+                    raise TypeError(f"a Column index must be integers without nulls, got "
+                                    f"{key.dtype}")
+                idx = key._data.cast(pa.int64())
+            else:
+                idx = pa.array(list(key) if isinstance(key, range) else key, type=pa.int64())
             if len(idx) and (pc.min(idx).as_py() < 0 or pc.max(idx).as_py() >= len(self)):
                 raise IndexError(f"indices out of range for a column of length {len(self)}")
             return self._with(self._data.take(idx))

@@ -66,6 +66,13 @@ def dataframe(data: Any = None, dtype: dt.Struct | None = None,
                       for i, f in enumerate(dtype.fields)})
 
 
+class ColumnNotFoundError(KeyError, ValueError):
+    """An unknown column name: a KeyError (as pandas) and a ValueError (bad argument)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def _to_column(values, dtype: dt.DType | None, name: str) -> Column:
     if isinstance(values, Column):
         return values if dtype is None or values.dtype == dtype else values.cast(dtype)
@@ -114,7 +121,8 @@ class DataFrame:
         try:
             return self._cols[name]
         except KeyError:
-            raise KeyError(f"unknown column {name!r}; columns: {self.columns}") from None
+            raise ColumnNotFoundError(f"unknown column {name!r}; columns: "
+                                      f"{self.columns}") from None
 
     def __getattr__(self, name: str) -> Column:
         if name.startswith("_"):
@@ -226,7 +234,13 @@ class DataFrame:
         if [f.name for f in dtype.fields] != self.columns:
             raise ValueError(f"cast(): dtype fields {[f.name for f in dtype.fields]} do not "
                              f"match columns {self.columns}")
-        return DataFrame({f.name: self._cols[f.name].cast(f.dtype) for f in dtype.fields})
+        out = {}
+        for f in dtype.fields:
+            try:
+                out[f.name] = self._cols[f.name].cast(f.dtype)
+            except TypeError as e:
+                raise TypeError(f"column {f.name!r}: {e}") from None
+        return DataFrame(out)
 
     # ------------------------------------------------------------------ projection
     def select(self, *args: str, **kwargs) -> DataFrame:
