@@ -77,8 +77,9 @@ class SlotWriter:
                                   dtype=torch.uint8).share_memory_()
                 self.slots[slot] = cur
                 handle = bytes(ForkingPickler.dumps(cur))
-            for off, raw in chunks:
-                cur[off:off + raw.numel()].copy_(raw)
+            dst = cur.numpy()
+            for off, raw in chunks:  # numpy memcpy: no intra-op thread pool wake-ups
+                dst[off:off + raw.numel()] = raw.numpy()
         return buf.getvalue(), metas, handle
 
 
@@ -102,12 +103,15 @@ class SlotReader:
         if handle is not None:
             self.slots[slot] = pickle.loads(handle)
         arrays = []
+        src = self.slots[slot].numpy() if metas else None
         for kind, off, n, dtype, shape in metas:
-            raw = self.slots[slot][off:off + n]
+            # A numpy copy is one memcpy; torch's clone may wake its thread pool per call,
+            # which costs milliseconds on a loaded machine.
+            raw = src[off:off + n].copy()
             if kind == "t":
-                t = raw.clone().view(dtype).reshape(shape) if n else torch.empty(shape,
-                                                                                 dtype=dtype)
+                t = torch.from_numpy(raw).view(dtype).reshape(shape) if n else torch.empty(
+                    shape, dtype=dtype)
                 arrays.append(t.pin_memory() if self.pin_memory else t)
             else:
-                arrays.append(raw.numpy().copy().view(np.dtype(dtype)).reshape(shape))
+                arrays.append(raw.view(np.dtype(dtype)).reshape(shape))
         return _Unpickler(data, arrays).load()

@@ -9,6 +9,7 @@ Every "item"/"end" holds one slot of the semaphore until the main process releas
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import random
@@ -81,6 +82,9 @@ def worker_loop(datapipe, worker_id: int, num_workers: int, epoch_seed: int, sha
                 parent_pid: int) -> None:
     """Entry point of a worker process."""
     global _current
+    # Objects inherited from the parent are never collected here: freezing them keeps the
+    # cyclic GC from walking (and, after fork, copying) the whole inherited heap.
+    gc.freeze()
     torch.set_num_threads(1)
     seed = derive_seed(epoch_seed, "worker", shards[0].global_id if shards else worker_id)
     random.seed(seed)

@@ -80,15 +80,15 @@ class IterableWrapper(IterDataPipe):
 class _IndexIterator(PipeIterator):
     def __init__(self, seq: Sequence) -> None:
         super().__init__()
-        self.seq = seq
+        self.seq, self.n = seq, len(seq)
         self.i = 0
 
     def __next__(self):
-        if self.i >= len(self.seq):
+        i = self.i
+        if i >= self.n:
             raise StopIteration
-        item = self.seq[self.i]
-        self.i += 1
-        return item
+        self.i = i + 1
+        return self.seq[i]
 
     def state_dict(self) -> dict:
         return {"index": self.i}
@@ -159,6 +159,8 @@ class Mapper(IterDataPipe):
 
 class _MapIterator(_SourceIterator):
     def __next__(self):
+        if self.pipe.input_col is None:
+            return self.pipe.fn(next(self.src))
         return self.pipe.apply(next(self.src))
 
 
@@ -244,11 +246,12 @@ class Batcher(IterDataPipe):
 
 class _BatchIterator(_SourceIterator):
     def __next__(self):
-        batch = []
-        for item in self.src:
-            batch.append(item)
-            if len(batch) == self.pipe.batch_size:
-                break
+        batch, size, src = [], self.pipe.batch_size, self.src
+        try:
+            while len(batch) < size:
+                batch.append(next(src))
+        except StopIteration:
+            pass
         if not batch or (self.pipe.drop_last and len(batch) < self.pipe.batch_size):
             raise StopIteration
         return self.pipe.wrapper_class(batch)
@@ -325,6 +328,10 @@ class _ShardIterator(_SourceIterator):
         self.i = 0
 
     def __next__(self):
+        if self.n == 1:
+            item = next(self.src)
+            self.i += 1
+            return item
         while True:
             item = next(self.src)
             i, self.i = self.i, self.i + 1

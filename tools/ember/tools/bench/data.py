@@ -1,0 +1,156 @@
+"""`ember bench data`: DataLoader2 against torch's DataLoader and torchdata.nodes.
+
+Two workloads, each one epoch per timed call (worker start-up included, as for a
+non-persistent torch DataLoader): (a) small tensors - fetch a [3, 8, 8] tensor per sample,
+batches of 64 collated; (b) JPEG decode + transform - decode 96x128 JPEGs, convert to float,
+normalise, crop and flip, batches of 32. Every loader calls the same sample and collate
+functions, so the difference is the loader: scheduling, IPC and per-sample overhead.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset, default_collate
+
+from ember.data import DataLoader2, InProcessReadingService, MultiProcessingReadingService
+from ember.data.datapipes.iter import IterableWrapper
+from ember.tools.bench.harness import BenchResult, compare_timings
+
+try:  # the vision package's decoder when present, Pillow otherwise
+    from ember.vision.io import decode_jpeg as _ember_decode
+except ImportError:  # pragma: no cover - depends on the vision package
+    _ember_decode = None
+
+
+class SmallTensors(Dataset):
+    """``n`` distinct [3, 8, 8] float tensors."""
+
+    def __init__(self, n: int) -> None:
+        self.data = torch.randn(n, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.data[i].clone()
+
+
+def _jpeg(seed: int, h: int = 96, w: int = 128) -> bytes:
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    img = np.stack([x / w * 200, y / h * 180, (x + y) / (w + h) * 220], -1)
+    img = np.clip(img + rng.normal(0, 8, img.shape), 0, 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+def _decode(data: bytes) -> torch.Tensor:
+    if _ember_decode is not None:
+        return _ember_decode(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+    return torch.from_numpy(np.array(Image.open(io.BytesIO(data)).convert("RGB"))).permute(2, 0, 1)
+
+
+_MEAN = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1) * 255
+_STD = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1) * 255
+
+
+class Jpegs(Dataset):
+    """``n`` samples cycling over 16 encoded JPEGs; a sample is decode + transform."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.files = n, [_jpeg(s) for s in range(16)]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        img = _decode(self.files[i % 16]).float()
+        img = (img - _MEAN) / _STD
+        top, left = (i * 7) % 17, (i * 11) % 33
+        img = img[:, top:top + 80, left:left + 96]
+        return img.flip(-1) if i % 2 else img
+
+
+class _Fetch:
+    """``dataset[i]`` (picklable)."""
+
+    def __init__(self, ds: Dataset) -> None:
+        self.ds = ds
+
+    def __call__(self, i):
+        return self.ds[i]
+
+
+class _FetchBatch(_Fetch):
+    """Collated ``[dataset[i] for i in indices]`` (picklable)."""
+
+    def __call__(self, indices):
+        return default_collate([self.ds[i] for i in indices])
+
+
+def _torch_epoch(ds: Dataset, batch: int, workers: int):
+    loader = DataLoader(ds, batch_size=batch, num_workers=workers)
+    return lambda: sum(len(b) for b in loader)
+
+
+def _ember_epoch(ds: Dataset, batch: int, workers: int):
+    dp = IterableWrapper(range(len(ds)), deepcopy=False).sharding_filter().batch(batch).map(
+        _FetchBatch(ds))
+    rs = MultiProcessingReadingService(workers) if workers else InProcessReadingService()
+    loader = DataLoader2(dp, reading_service=rs)
+    return lambda: sum(len(b) for b in loader)
+
+
+def _nodes_epoch(ds: Dataset, batch: int, workers: int):
+    import torchdata.nodes as tn
+
+    batches = tn.Batcher(tn.IterableWrapper(range(len(ds))), batch_size=batch, drop_last=False)
+    node = (tn.ParallelMapper(batches, _FetchBatch(ds), num_workers=workers, method="process")
+            if workers else tn.Mapper(batches, _FetchBatch(ds)))
+    loader = tn.Loader(node)
+    return lambda: sum(len(b) for b in loader)
+
+
+_LOADERS = {"ember DataLoader2": _ember_epoch, "torch DataLoader": _torch_epoch,
+            "torchdata.nodes": _nodes_epoch}
+
+
+def run(quick: bool = False) -> BenchResult:
+    n_small, n_jpeg = (2048, 128) if quick else (32768, 2048)
+    rounds = 1 if quick else 5
+    decoder = "ember.vision.io.decode_jpeg" if _ember_decode is not None else "Pillow"
+    result = BenchResult(
+        "data", f"Data loading throughput, samples/s (one epoch per call, worker start-up "
+        f"included; median of {rounds} round-robin rounds)",
+        ["workload", "workers", "ember DataLoader2", "torch DataLoader", "torchdata.nodes",
+         "ratio vs torch DataLoader", "target"])
+    cases = [("small tensors [3,8,8], batch 64", SmallTensors(n_small), 64),
+             (f"JPEG 96x128 decode ({decoder}) + transform, batch 32", Jpegs(n_jpeg), 32)]
+    if quick:
+        cases = cases[:1]
+    for name, ds, batch in cases:
+        for workers in (0, 2):
+            fns = {label: make(ds, batch, workers) for label, make in _LOADERS.items()}
+            t = compare_timings(fns, rounds=rounds, min_seconds=0.0)
+            rate = {k: len(ds) / v for k, v in t.items()}
+            ratio = rate["ember DataLoader2"] / rate["torch DataLoader"]
+            target = ">= 2" if (workers == 2 and "small" in name) else ">= 1"
+            result.rows.append([name, workers, rate["ember DataLoader2"],
+                                rate["torch DataLoader"], rate["torchdata.nodes"], ratio,
+                                target])
+    result.notes += [
+        "Same sample and collate functions for every loader, each used the idiomatic way: "
+        "batches of indices, then fetch + default_collate per batch. DataLoader2 pipeline: "
+        "range -> sharding_filter -> batch -> map(fetch + collate).",
+        "DataLoader2 workers send batches through reusable shared-memory slots (one memcpy "
+        "each side, a ~100-byte pickle per batch); torch's DataLoader creates a new shared "
+        "storage and passes its file descriptor per batch.",
+        "torchdata.nodes: Batcher(indices) -> ParallelMapper(fetch + collate, "
+        "method='process') for 2 workers, Mapper for 0.",
+    ]
+    return result
