@@ -1,43 +1,106 @@
 """Tiled online-softmax attention in torch ops: forward and backward, memory linear in length.
 
-Every (query block x key block) tile is computed for all N*H heads at once with batched
-matmuls, so the work is a few large GEMMs plus in-place elementwise passes per tile. Only the
-output, the per-row log-sum-exp and the gradients are full size; the L x S score matrix is
-never formed. Causal tiles entirely above the diagonal are skipped. Dropout masks come from a
-counter-based generator (:mod:`attention_dropout`), so the backward replays them. Written for
-CPU but device-agnostic: CUDA uses it for float64 and head dims beyond the Triton kernels.
+Work is cut into units of (heads, query block); each unit walks its key blocks, computing the
+score tile with one batched matmul, a fused ``softmax`` per tile and the tile's log-sum-exp,
+and merges tiles online (rescaling by ``exp(lse_tile - lse)``). Only the output, the per-row
+log-sum-exp and the gradients are full size; the L x S score matrix is never formed. Causal
+tiles entirely above the diagonal are skipped. Dropout masks come from a counter-based
+generator (:mod:`attention_dropout`), so the backward replays them.
+
+On CPU the units run on worker threads with one intra-op thread each (large problems spread
+over all of them): many mid-sized ops in one OpenMP team pay a barrier per op, which dominates
+on small, busy machines.
+Written for CPU but device-agnostic: CUDA uses it for float64 and head dims the Triton kernels
+do not cover (on CUDA, units always run inline).
 """
 
 from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 from ember.core.nn.attention_dropout import keep_scale
 from ember.core.nn.attention_math import repeat_kv
 
-# Tile sizes (rows of queries x columns of keys); the key block shrinks for many heads so a
-# score tile stays around TILE_ELEMENTS floats.
-BLOCK_Q = 256
-BLOCK_K = 1024
-TILE_ELEMENTS = 1 << 21
+# Tile sizes: rows of queries x columns of keys per unit.
+BLOCK_Q = 128
+BLOCK_K = 2048
+# Problems with at least this many score elements (heads * L * S) spread over all workers.
+THREADED_MIN_ELEMENTS = 1 << 22
 
 _NEG_INF = float("-inf")
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _blocks(heads: int, length_q: int, length_k: int) -> tuple[int, int]:
-    block_q = min(BLOCK_Q, max(length_q, 1))
-    block_k = max(16, min(BLOCK_K, TILE_ELEMENTS // max(heads * block_q, 1)))
-    return block_q, min(block_k, max(length_k, 1))
+def _init_worker() -> None:
+    torch.get_num_threads()  # run this thread's lazy thread-count init before overriding it
+    torch.set_num_threads(1)
+
+
+def _workers() -> ThreadPoolExecutor | None:
+    """A pool of single-intra-op-thread workers, one per intra-op thread (None if that is 1)."""
+    global _pool, _pool_size
+    size = torch.get_num_threads()
+    if size <= 1:
+        return None
+    with _pool_lock:
+        if _pool is None or _pool_size != size:
+            if _pool is not None:
+                _pool.shutdown(wait=True)
+            _pool = ThreadPoolExecutor(size, thread_name_prefix="ember-attention",
+                                       initializer=_init_worker)
+            barrier = threading.Barrier(size)
+            for f in [_pool.submit(barrier.wait) for _ in range(size)]:
+                f.result()
+            torch.set_num_threads(size)  # the workers' setting must not become the default
+            _pool_size = size
+    return _pool
+
+
+def _run(units: list, fn, device: torch.device, spread: bool, owner=None) -> None:
+    """Call ``fn(worker, unit)`` for every unit on the CPU workers (inline elsewhere).
+
+    ``spread``: share the units among all workers, ``owner(unit)`` choosing (round-robin by
+    default); otherwise one worker runs them all, which keeps small ops single-threaded.
+    """
+    pool = _workers() if device.type == "cpu" else None
+    if pool is None:
+        for unit in units:
+            fn(0, unit)
+        return
+    shares: list[list] = [[] for _ in range(_pool_size)]
+    for i, unit in enumerate(units):
+        shares[((owner(unit) if owner else i) % _pool_size) if spread else 0].append(unit)
+
+    def work(w):
+        with torch.no_grad():  # grad mode is per thread; kernels never record autograd
+            for unit in shares[w]:
+                fn(w, unit)
+
+    for f in [pool.submit(work, w) for w in range(_pool_size) if shares[w]]:
+        f.result()
+
+
+def spread_workers(device: torch.device, spread: bool) -> int:
+    """How many workers :func:`_run` will use."""
+    if device.type != "cpu" or not spread or _workers() is None:
+        return 1
+    return _pool_size
 
 
 class _Tiles:
     """Shared layout of forward and backward: flattened heads, scaled q, tile masking."""
 
     def __init__(self, q, k, v, attn_mask, dropout_p, is_causal, scale, rng):
+        q, k, v = q.detach(), k.detach(), v.detach()
         n, h, self.length_q, _ = q.shape
         self.length_k = k.shape[2]
         self.shape4 = (n, h)
@@ -50,34 +113,55 @@ class _Tiles:
         self.mask = None if attn_mask is None else attn_mask.expand(n, h, self.length_q,
                                                                    self.length_k)
         self.dropout_p, self.is_causal, self.rng = dropout_p, is_causal, rng
-        self.block_q, self.block_k = _blocks(self.heads, self.length_q, self.length_k)
+        self.device = q.device
+        self.spread = self.heads * self.length_q * self.length_k >= THREADED_MIN_ELEMENTS
+        self.block_q = max(1, min(BLOCK_Q, self.length_q))
+        self.block_k = max(1, min(BLOCK_K, self.length_k))
 
-    def key_end(self, i1: int) -> int:
-        """Keys a query block ending at row ``i1`` can see (causal tiles past it are skipped)."""
-        return min(self.length_k, i1) if self.is_causal else self.length_k
+    def units(self) -> list[tuple[int, int, int, int]]:
+        """(first head, last head + 1, first row, last row + 1) of every unit of work."""
+        rows = [(i0, min(self.length_q, i0 + self.block_q))
+                for i0 in range(0, self.length_q, self.block_q)]
+        if not self.spread:
+            return [(0, self.heads, i0, i1) for i0, i1 in rows]
+        return [(f, f + 1, i0, i1) for f in range(self.heads) for i0, i1 in rows]
 
-    def scores(self, i0: int, i1: int, j0: int, j1: int) -> torch.Tensor:
-        """Scaled, masked ``q k^T`` tile ``[N*H, i1-i0, j1-j0]``."""
-        s = torch.bmm(self.q[:, i0:i1], self.k[:, j0:j1].transpose(1, 2))
+    def key_blocks(self, i1: int) -> list[tuple[int, int]]:
+        """Key blocks a query block ending at row ``i1`` sees (causal: none past the diagonal)."""
+        end = min(self.length_k, i1) if self.is_causal else self.length_k
+        return [(j0, min(end, j0 + self.block_k)) for j0 in range(0, end, self.block_k)]
+
+    def scores(self, h0: int, h1: int, i0: int, i1: int, j0: int, j1: int) -> torch.Tensor:
+        """Scaled, masked ``q k^T`` tile ``[h1-h0, i1-i0, j1-j0]``."""
+        s = torch.bmm(self.q[h0:h1, i0:i1], self.k[h0:h1, j0:j1].transpose(1, 2))
         if self.is_causal and j1 - 1 > i0:
             rows = torch.arange(i0, i1, device=s.device)[:, None]
             cols = torch.arange(j0, j1, device=s.device)[None, :]
             s.masked_fill_(cols > rows, _NEG_INF)
         if self.mask is not None:
-            tile = self.mask[:, :, i0:i1, j0:j1]
-            s4 = s.view(*self.shape4, i1 - i0, j1 - j0)
+            if h1 - h0 == self.heads:
+                tile = self.mask[:, :, i0:i1, j0:j1]
+                target = s.view(*self.shape4, i1 - i0, j1 - j0)
+            else:  # one flattened head
+                b, h = divmod(h0, self.shape4[1])
+                tile, target = self.mask[b, h, i0:i1, j0:j1], s
             if tile.dtype == torch.bool:
-                s4.masked_fill_(tile.logical_not(), _NEG_INF)
+                target.masked_fill_(tile.logical_not(), _NEG_INF)
             else:
-                s4.add_(tile)
+                target.add_(tile)
         return s
 
-    def dropout(self, i0: int, i1: int, j0: int, j1: int) -> torch.Tensor | None:
+    def dropout(self, h0: int, h1: int, i0: int, i1: int, j0: int,
+                j1: int) -> torch.Tensor | None:
         if self.dropout_p <= 0.0 or self.rng is None:
             return None
-        keep = keep_scale(self.rng, self.dropout_p, self.heads, slice(i0, i1), slice(j0, j1),
+        keep = keep_scale(self.rng, self.dropout_p, slice(h0, h1), slice(i0, i1), slice(j0, j1),
                           self.length_q, self.length_k, self.dtype)
         return keep.to(self.q.device)
+
+
+def _finite_or(x: torch.Tensor, value: float) -> torch.Tensor:
+    return x.masked_fill(~torch.isfinite(x), value)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
@@ -88,35 +172,36 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.
     n, h = t.shape4
     value_dim = v.shape[-1]
     out = torch.zeros(t.heads, t.length_q, value_dim, dtype=t.dtype, device=q.device)
-    lse = torch.full((t.heads, t.length_q), _NEG_INF, dtype=t.dtype, device=q.device)
-    for i0 in range(0, t.length_q, t.block_q):
-        i1 = min(t.length_q, i0 + t.block_q)
-        end = t.key_end(i1)
-        row_max = row_sum = acc = None
-        for j0 in range(0, end, t.block_k):
-            j1 = min(end, j0 + t.block_k)
-            s = t.scores(i0, i1, j0, j1)
+    lse = torch.full((t.heads, t.length_q, 1), _NEG_INF, dtype=t.dtype, device=q.device)
+
+    def unit(_worker, u):
+        h0, h1, i0, i1 = u
+        acc = row_lse = None
+        for j0, j1 in t.key_blocks(i1):
+            s = t.scores(h0, h1, i0, i1, j0, j1)
             tile_max = s.amax(dim=-1, keepdim=True)
-            new_max = tile_max if row_max is None else torch.maximum(row_max, tile_max)
-            # A row whose keys are all masked so far keeps max -inf; 0 avoids inf - inf.
-            safe_max = new_max.masked_fill(new_max == _NEG_INF, 0.0)
-            p = s.sub_(safe_max).exp_()
-            tile_sum = p.sum(dim=-1, keepdim=True)
-            keep = t.dropout(i0, i1, j0, j1)
+            p = torch.softmax(s, dim=-1)
+            del s
+            # lse of the tile = max - log(max p); rows with every key masked get -inf and 0.
+            dead = tile_max == _NEG_INF
+            tile_lse = (tile_max - torch.log(p.amax(dim=-1, keepdim=True))).masked_fill_(
+                dead, _NEG_INF)
+            keep = t.dropout(h0, h1, i0, i1, j0, j1)
             if keep is not None:
                 p.mul_(keep)
+            part = torch.bmm(p, t.v[h0:h1, j0:j1]).masked_fill_(dead, 0.0)
             if acc is None:
-                row_sum, acc = tile_sum, torch.bmm(p, t.v[:, j0:j1])
-            else:
-                alpha = torch.exp(row_max - safe_max)
-                row_sum = row_sum.mul_(alpha).add_(tile_sum)
-                acc = acc.mul_(alpha).baddbmm_(p, t.v[:, j0:j1])
-            row_max = new_max
-        if acc is None:
-            continue
-        out[:, i0:i1] = acc / row_sum.masked_fill(row_sum == 0, 1.0)
-        safe_max = row_max.masked_fill(row_max == _NEG_INF, 0.0)
-        lse[:, i0:i1] = (safe_max + torch.log(row_sum)).squeeze(-1)
+                acc, row_lse = part, tile_lse
+                continue
+            new_lse = torch.logaddexp(row_lse, tile_lse)
+            safe = _finite_or(new_lse, 0.0)
+            acc = acc.mul_(torch.exp(row_lse - safe)).add_(part.mul_(torch.exp(tile_lse - safe)))
+            row_lse = new_lse
+        if acc is not None:
+            out[h0:h1, i0:i1] = acc
+            lse[h0:h1, i0:i1] = row_lse
+
+    _run(t.units(), unit, t.device, t.spread)
     return (out.view(n, h, t.length_q, value_dim).to(q.dtype),
             lse.view(n, h, t.length_q))
 
@@ -134,25 +219,35 @@ def backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     lse = lse.to(t.dtype).reshape(t.heads, t.length_q, 1)
     lse = lse.masked_fill(lse == _NEG_INF, float("inf"))  # fully masked rows: p = 0
     dq = torch.zeros_like(t.q)
-    dk = torch.zeros_like(t.k)
-    dv = torch.zeros_like(t.v)
-    for i0 in range(0, t.length_q, t.block_q):
-        i1 = min(t.length_q, i0 + t.block_q)
-        end = t.key_end(i1)
-        go_i, q_i = go[:, i0:i1], t.q[:, i0:i1]
-        dq_i = dq[:, i0:i1]
-        for j0 in range(0, end, t.block_k):
-            j1 = min(end, j0 + t.block_k)
-            p = t.scores(i0, i1, j0, j1).sub_(lse[:, i0:i1]).exp_()
-            keep = t.dropout(i0, i1, j0, j1)
+    workers = spread_workers(t.device, t.spread)
+    # When every worker owns whole heads, units of different workers never touch the same
+    # rows of dK/dV; otherwise each worker accumulates privately and the sums are added.
+    by_head = workers == 1 or t.heads % workers == 0
+    if by_head:
+        grads = [(torch.zeros_like(t.k), torch.zeros_like(t.v))] * workers
+    else:
+        grads = [(torch.zeros_like(t.k), torch.zeros_like(t.v)) for _ in range(workers)]
+
+    def unit(worker, u):
+        h0, h1, i0, i1 = u
+        dk, dv = grads[worker]
+        go_i, q_i = go[h0:h1, i0:i1], t.q[h0:h1, i0:i1]
+        dq_i = dq[h0:h1, i0:i1]
+        for j0, j1 in t.key_blocks(i1):
+            p = t.scores(h0, h1, i0, i1, j0, j1).sub_(lse[h0:h1, i0:i1]).exp_()
+            keep = t.dropout(h0, h1, i0, i1, j0, j1)
             p_dropped = p if keep is None else p * keep
-            dv[:, j0:j1].baddbmm_(p_dropped.transpose(1, 2), go_i)
-            dp = torch.bmm(go_i, t.v[:, j0:j1].transpose(1, 2))
+            dv[h0:h1, j0:j1].baddbmm_(p_dropped.transpose(1, 2), go_i)
+            dp = torch.bmm(go_i, t.v[h0:h1, j0:j1].transpose(1, 2))
             if keep is not None:
                 dp.mul_(keep)
-            ds = dp.sub_(delta[:, i0:i1]).mul_(p)
-            dq_i.baddbmm_(ds, t.k[:, j0:j1])
-            dk[:, j0:j1].baddbmm_(ds.transpose(1, 2), q_i)
+            ds = dp.sub_(delta[h0:h1, i0:i1]).mul_(p)
+            dq_i.baddbmm_(ds, t.k[h0:h1, j0:j1])
+            dk[h0:h1, j0:j1].baddbmm_(ds.transpose(1, 2), q_i)
+
+    _run(t.units(), unit, t.device, t.spread, owner=(lambda u: u[0]) if by_head else None)
+    dk = grads[0][0] if by_head else sum(g[0] for g in grads)
+    dv = grads[0][1] if by_head else sum(g[1] for g in grads)
     dq = dq.mul_(scale).view(n, h, t.length_q, -1)
     dk = dk.view(n, hkv, h // hkv, t.length_k, -1).sum(2)
     dv = dv.view(n, hkv, h // hkv, t.length_k, -1).sum(2)

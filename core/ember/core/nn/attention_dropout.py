@@ -37,11 +37,15 @@ def philox_uniform(seed: int, offsets: torch.Tensor) -> torch.Tensor:
     return signed.to(torch.float32) * _UNIFORM_SCALE
 
 
-def keep_scale(rng: torch.Tensor, p: float, heads: int, rows: slice, cols: slice,
+def keep_scale(rng: torch.Tensor, p: float, heads: slice, rows: slice, cols: slice,
                length_q: int, length_k: int, dtype: torch.dtype) -> torch.Tensor:
-    """Dropout multiplier (0 or 1/(1-p)) of tile ``[heads, rows, cols]``; rng = (seed, offset)."""
+    """Dropout multiplier (0 or 1/(1-p)) of tile ``[heads, rows, cols]``; rng = (seed, offset).
+
+    ``heads`` indexes the flattened batch x head dimension.
+    """
     seed, offset = (int(x) for x in rng.tolist())
-    bh = torch.arange(heads, dtype=torch.int64)[:, None, None] * (length_q * length_k)
+    bh = torch.arange(heads.start, heads.stop, dtype=torch.int64)[:, None, None]
+    bh = bh * (length_q * length_k)
     i = torch.arange(rows.start, rows.stop, dtype=torch.int64)[None, :, None] * length_k
     j = torch.arange(cols.start, cols.stop, dtype=torch.int64)[None, None, :]
     uniform = philox_uniform(seed, bh + i + j + offset)

@@ -49,8 +49,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torc
     probs = torch.exp(scores - safe_lse[..., None])
     if dropout_p > 0.0 and rng is not None:
         n, h, length_q, length_k = probs.shape
-        probs = probs * keep_scale(rng, dropout_p, n * h, slice(0, length_q), slice(0, length_k),
-                                   length_q, length_k, probs.dtype).view_as(probs).to(probs.device)
+        keep = keep_scale(rng, dropout_p, slice(0, n * h), slice(0, length_q),
+                          slice(0, length_k), length_q, length_k, probs.dtype)
+        probs = probs * keep.view_as(probs).to(probs.device)
     out = torch.matmul(probs.to(v.dtype), repeat_kv(v, q.shape[1]))
     return out, lse
 
