@@ -197,7 +197,17 @@ class MelSpectrogram(nn.Module):
                                   mel_scale)
 
     def forward(self, waveform: Tensor) -> Tensor:
-        return self.mel_scale(self.spectrogram(waveform))
+        spec = self.spectrogram
+        if self.power != 2.0:
+            return self.mel_scale(spec(waveform))
+        # |X|^2 summed into the filterbank GEMM: square the interleaved (re, im) pairs and
+        # multiply by the filterbank with each row repeated, which saves a full pass
+        stft = FS.spectrogram(waveform, spec.pad, spec.window, spec.n_fft, spec.hop_length,
+                              spec.win_length, None, spec.normalized, spec.center,
+                              spec.pad_mode, spec.onesided)
+        frames = torch.view_as_real(stft.transpose(-1, -2)).flatten(-2)  # (..., time, 2*freq)
+        fb = self.mel_scale.fb.repeat_interleave(2, dim=0)
+        return torch.matmul(frames.square(), fb).transpose(-1, -2)
 
 
 def _dct_type(dct_type: int) -> None:
