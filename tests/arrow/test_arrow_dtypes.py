@@ -30,6 +30,9 @@ def test_inference_matches_torcharrow(values, expected):
 def test_inference_errors():
     with pytest.raises(ValueError, match="all None"):
         ea.column([None, None])
+    with pytest.raises(ValueError, match="pass dtype="):
+        ea.column([[], None])
+    assert ea.column([[], None], dt.List(dt.int64, nullable=True)).to_pylist() == [[], None]
     with pytest.raises(TypeError, match="cannot infer"):
         ea.column([1, "a"])
     with pytest.raises(TypeError, match="not nullable"):

@@ -147,3 +147,32 @@ def test_from_arrow_table_gives_plain_tensors_for_null_free_columns():
     declared = ea.from_arrow(table, dt.Struct([dt.Field("x", dt.Float64(nullable=True)),
                                                dt.Field("y", dt.Int64(nullable=True))]))
     assert isinstance(declared.to_tensor().x, ea.WithPresence)
+
+
+def test_roundtrips_hold_for_random_nested_data():
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    ints = st.one_of(st.none(), st.integers(-2**31, 2**31 - 1))
+    values = st.one_of(
+        st.lists(ints, min_size=1, max_size=20),
+        st.lists(st.one_of(st.none(), st.lists(ints, max_size=5)), min_size=1, max_size=20),
+        st.lists(st.one_of(st.none(), st.floats(allow_nan=False, width=32)), min_size=1,
+                 max_size=20),
+    )
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(values)
+    def check(data):
+        try:
+            col = ea.column(data)
+        except ValueError as e:  # nothing to infer a (nested) dtype from, e.g. [[], None]
+            assert "pass dtype=" in str(e)
+            return
+        assert col.to_pylist() == data
+        assert ea.from_tensor(col.to_tensor(), col.dtype).to_pylist() == data
+        assert ea.from_arrow(col.to_arrow()).to_pylist() == data
+        if not dt.is_list(col.dtype):
+            assert ea.from_pandas(col.to_pandas(), col.dtype).to_pylist() == data
+
+    check()

@@ -66,6 +66,9 @@ def python_to_arrow(values, dtype: dt.DType | None, name: str = "data") -> pa.Ar
         if pa.types.is_struct(arr.type) and any(isinstance(v, dict) for v in values):
             # Python dicts are maps in TorchArrow, not structs.
             arr = _dicts_to_map(values, name)
+        if _has_null_type(arr.type):
+            raise ValueError(f"{name}: cannot infer a dtype for values that are only empty or "
+                             f"None at some nesting level ({arr.type}); pass dtype=")
         target = dt._float32_python_floats(arr.type)
         if target != arr.type:
             arr = arr.cast(target)
@@ -78,6 +81,12 @@ def python_to_arrow(values, dtype: dt.DType | None, name: str = "data") -> pa.Ar
         raise TypeError(f"{name}: values do not fit dtype {dtype}: {e}") from None
     _check_no_undeclared_nulls(arr, dtype, name)
     return arr
+
+
+def _has_null_type(t: pa.DataType) -> bool:
+    if pa.types.is_null(t):
+        return True
+    return any(_has_null_type(t.field(i).type) for i in range(t.num_fields))
 
 
 def _dicts_to_map(values, name: str) -> pa.Array:
