@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections import Counter
 
 import torch
@@ -42,7 +43,10 @@ def _boxed(fn):
 def compile_graph(gm: GraphModule, example_inputs, *, strict: bool = False):
     """ATen FX graph -> boxed callable running our kernels (eager fallback on failure)."""
     try:
-        return _compile(gm)
+        call = _compile(gm)
+        if os.environ.get("EMBER_CHECK"):
+            return _checked(call, gm)
+        return call
     except Exception as e:
         if strict:
             raise
@@ -50,6 +54,20 @@ def compile_graph(gm: GraphModule, example_inputs, *, strict: bool = False):
         fallback_log.warning("graph runs in eager ATen: %s: %s", type(e).__name__, e)
         capture.record_fallback(f"<graph: {type(e).__name__}: {e}>")
         return _boxed(gm.forward)
+
+
+def _checked(call, gm: GraphModule):
+    """Debug aid (EMBER_CHECK=1): run eager alongside and report the first mismatch."""
+    def run(args):
+        ours = call(list(args))
+        ref = gm.forward(*args)
+        for i, (a, b) in enumerate(zip(ours, ref)):
+            if isinstance(a, torch.Tensor) and not torch.allclose(a, b, atol=1e-4, rtol=1e-4,
+                                                                  equal_nan=True):
+                raise AssertionError(f"output {i} differs from eager:\n{gm.code}")
+        return ours
+    run._boxed_call = True
+    return run
 
 
 def _compile(gm: GraphModule):

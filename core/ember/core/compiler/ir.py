@@ -167,6 +167,11 @@ class StridedView(TensorValue):
         return all(sz == 1 or same(st, w) for st, w, sz in zip(self.stride, want, self.size))
 
 
+# Position (in the graph's node list) of the IR node whose body is being evaluated: a Lazy
+# realized at position p is read from memory by nodes after p and inlined by nodes before.
+_reader = [1 << 62]
+
+
 @dataclass(eq=False)
 class Lazy(TensorValue):
     """A pointwise value not yet in memory: ``fn(index) -> Expr`` (inlined into readers)."""
@@ -175,11 +180,21 @@ class Lazy(TensorValue):
     size: list
     fn: Callable[[Sequence], Expr]
     realized: StridedView | None = None
+    realized_at: int = -1
 
     def load(self, index: Sequence) -> Expr:
-        if self.realized is not None:
+        if self.realized is not None and self.realized_at < _reader[0]:
             return self.realized.load(index)
         return self.fn(index)
+
+
+def body(node, *index) -> Expr:
+    """Evaluate ``node.fn`` as that node (so lazies realized after it are still inlined)."""
+    saved, _reader[0] = _reader[0], node.pos
+    try:
+        return node.fn(*index)
+    finally:
+        _reader[0] = saved
 
 
 @dataclass(eq=False)
@@ -188,6 +203,7 @@ class Pointwise:
 
     buf: Buffer
     fn: Callable[[Sequence], Expr]
+    pos: int = 0
 
 
 @dataclass(eq=False)
@@ -199,6 +215,7 @@ class Reduction:
     rtype: str
     acc_dtype: torch.dtype
     fn: Callable[[Sequence, Sequence], Expr]
+    pos: int = 0
 
 
 @dataclass(eq=False)
@@ -212,6 +229,7 @@ class Extern:
     out_tree: object  # "single" | "tuple" | "list"
     fallback: bool = False
     reads: list = field(default_factory=list)
+    pos: int = 0
 
 
 Node = Pointwise | Reduction | Extern
@@ -222,9 +240,9 @@ def node_reads(node: Node) -> set[str]:
     if isinstance(node, Extern):
         return {b.name for b in node.reads}
     if isinstance(node, Pointwise):
-        e = node.fn(index_vars("x", len(node.buf.size)))
+        e = body(node, index_vars("x", len(node.buf.size)))
     else:
-        e = node.fn(index_vars("x", len(node.buf.size)), index_vars("r", len(node.rsizes)))
+        e = body(node, index_vars("x", len(node.buf.size)), index_vars("r", len(node.rsizes)))
     return {x[2] for x in walk(e) if x[0] == "load"}
 
 

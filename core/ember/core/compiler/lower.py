@@ -52,7 +52,8 @@ EXTERN_OPS = {
     aten._adaptive_avg_pool2d, aten._adaptive_avg_pool2d_backward, aten.rand, aten.randn,
     aten.rand_like, aten.randn_like, aten.bernoulli, aten.native_dropout, aten.argmax,
     aten.argmin, aten.max, aten.min, aten.cumsum, aten.scaled_dot_product_attention,
-    aten._scaled_dot_product_flash_attention_for_cpu, aten.randint, aten.randperm,
+    aten._scaled_dot_product_flash_attention_for_cpu,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward, aten.randint, aten.randperm,
 }
 LOWERINGS: dict = {}
 
@@ -135,6 +136,8 @@ class Ctx:
 
 
 def pointwise(ctx: Ctx, name: str, *args) -> Lazy:
+    if name == "bitwise_not" and ctx.dtype == torch.bool:
+        name = "logical_not"
     arity, kind, _ = PRIMS[name]
     out_dtype, size = ctx.dtype, ctx.size
     if kind == "compare":
@@ -524,7 +527,7 @@ def reduce(ctx: Ctx, x, dims, keepdim: bool, rtype: str, out_dtype: torch.dtype,
         return cast(x.load(idx), acc_dtype)
 
     buf = ctx.graph.new_buffer(out_dtype, outer)
-    ctx.graph.nodes.append(Reduction(buf, rsizes, rtype, acc_dtype, fn))
+    ctx.graph.add(Reduction(buf, rsizes, rtype, acc_dtype, fn))
     view = StridedView.of(buf)
     if keepdim:
         it = iter(view.stride)
@@ -609,14 +612,19 @@ class GraphLowering:
         return Buffer(f"buf{self._count}", dtype, list(size),
                       list(stride) if stride is not None else contiguous_strides(size))
 
+    def add(self, node):
+        node.pos = len(self.nodes)
+        self.nodes.append(node)
+        return node
+
     def realize(self, x) -> StridedView:
         if isinstance(x, StridedView):
             return x
         if isinstance(x, Lazy):
             if x.realized is None:
                 buf = self.new_buffer(x.dtype, x.size)
-                self.nodes.append(Pointwise(buf, x.fn))
-                x.realized = StridedView.of(buf)
+                node = self.add(Pointwise(buf, x.fn))
+                x.realized, x.realized_at = StridedView.of(buf), node.pos
             return x.realized
         raise TypeError(f"cannot realize {type(x).__name__}")
 
@@ -734,7 +742,7 @@ class GraphLowering:
                 outs.append(None)
         tree = "list" if isinstance(val, list) else "tuple" if isinstance(val, tuple) \
             else "single"
-        self.nodes.append(Extern(node.target, args, kwargs, outs, tree, fallback, reads))
+        self.add(Extern(node.target, args, kwargs, outs, tree, fallback, reads))
         views = [StridedView.of(b) if b is not None else None for b in outs]
         return views if tree != "single" else views[0]
 

@@ -75,15 +75,15 @@ def build(nodes: list, outer: list, name: str = "kernel") -> Kernel:
             if not ir.same_sizes(size, outer):
                 raise Refused(f"reduction outer sizes {size} != kernel outer sizes {outer}")
             kind, rsizes = "loop", list(node.rsizes)
-            expr = node.fn(xs, ir.index_vars("r", len(rsizes)))
+            expr = ir.body(node, xs, ir.index_vars("r", len(rsizes)))
             index = None
         elif ir.same_sizes(size, outer):
             kind, rsizes, index = "scalar", [], flat_o
-            expr = node.fn(xs)
+            expr = ir.body(node, xs)
         elif len(size) > len(outer) and ir.same_sizes(size[:len(outer)], outer):
             kind, rsizes = "loop", list(size[len(outer):])
             rs = ir.index_vars("r", len(rsizes))
-            expr = node.fn(xs + rs)
+            expr = ir.body(node, xs + rs)
             index = _flat(xs + rs, size)
         else:
             raise Refused(f"sizes {size} do not extend kernel outer sizes {outer}")
