@@ -14,7 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ember.arrow import dtypes as dt
-from ember.arrow.column import Column, _list_parts, _rebuild_list, column
+from ember.arrow.accessors import list_parts, rebuild_list
+from ember.arrow.column import Column, column
 
 __all__ = [
     "bucketize", "sigrid_hash", "firstx", "has_id_overlap", "id_overlap_count",
@@ -35,7 +36,7 @@ def _on_items(col: Column, fn: Callable[[pa.Array], pa.Array], item: dt.DType) -
     """Apply ``fn`` to a numeric column, or to every item of a list column."""
     if dt.is_list(col.dtype):
         flat = col._data.flatten()
-        return _rebuild_list(col, fn(flat), item)
+        return rebuild_list(col, fn(flat), item)
     return col._derived(fn(col._data), item)
 
 
@@ -368,7 +369,7 @@ def add_tokens(col: Column, tokens: Sequence, begin: bool = True) -> Column:
     _check_column(col, "add_tokens(): col", dt.is_list, "a list column")
     tokens = list(tokens)
     arr = col._data
-    offsets, flat = _list_parts(arr)
+    offsets, flat = list_parts(arr)
     extra = column(tokens, col.dtype.item_dtype)._data.cast(flat.type)
     n, k = len(arr), len(tokens)
     lengths = np.diff(offsets.to_numpy()).astype(np.int64)

@@ -127,9 +127,9 @@ def _convert(arr: pa.Array, dtype: dt.DType):
     if isinstance(dtype, dt.List):
         return PackedList(_offsets(arr), _convert(arr.flatten(), dtype.item_dtype))
     if isinstance(dtype, dt.Map):
-        from ember.arrow.column import _map_parts
+        from ember.arrow.accessors import map_parts
 
-        offsets, keys, items = _map_parts(arr)
+        offsets, keys, items = map_parts(arr)
         return PackedMap(lazy.values_tensor(offsets.cast(pa.int32())),
                          _convert(keys, dtype.key_dtype), _convert(items, dtype.item_dtype))
     if isinstance(dtype, dt.Struct):
