@@ -220,3 +220,22 @@ def test_pipeline_traces_without_graph_breaks():
     compiled = torch.compile(pipe, backend="eager", fullgraph=True)
     out = compiled(x)
     assert out.shape == (3, 3, 16, 16) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("make", [lambda: T.ColorJitter(0.4, 0.4, 0.4, 0.1, per_sample=True),
+                                  lambda: T.RandomHorizontalFlip(per_sample=True),
+                                  lambda: T.RandomAffine(20, scale=(0.8, 1.2), per_sample=True),
+                                  lambda: T.Normalize([0.4, 0.5, 0.6], [0.2, 0.3, 0.25])])
+def test_chunked_cpu_path_equals_whole_batch(make, monkeypatch):
+    """CPU batches run in cache-sized chunks over threads; results equal the one-shot path."""
+    import ember.vision.transforms._transform as base
+
+    x = batch(9, 20, 24).float() / 255
+    t = make()
+    monkeypatch.setattr(base, "_CHUNK_BYTES", 3 * 20 * 24 * 4 * 2)  # 2 images per chunk
+    torch.manual_seed(4)
+    chunked = t(x)
+    monkeypatch.setattr(type(t), "chunkable", False)
+    torch.manual_seed(4)
+    whole = t(x)
+    assert torch.allclose(chunked, whole, atol=1e-6)

@@ -21,6 +21,8 @@ class ColorJitter(Transform):
     Under ``torch.compile`` the order is fixed (brightness, contrast, saturation, hue).
     """
 
+    chunkable = True
+
     def __init__(self, brightness=None, contrast=None, saturation=None, hue=None,
                  per_sample: bool = False) -> None:
         super().__init__()
@@ -56,6 +58,8 @@ class ColorJitter(Transform):
 class Grayscale(Transform):
     """Convert RGB to grayscale with 1 or 3 output channels."""
 
+    chunkable = True
+
     def __init__(self, num_output_channels: int = 1) -> None:
         super().__init__()
         if num_output_channels not in (1, 3):
@@ -69,6 +73,8 @@ class Grayscale(Transform):
 class RandomGrayscale(RandomTransform):
     """With probability ``p``, grayscale keeping the channel count."""
 
+    chunkable = True
+
     def __init__(self, p: float = 0.1, per_sample: bool = False) -> None:
         super().__init__(p, per_sample)
 
@@ -80,6 +86,8 @@ class RandomGrayscale(RandomTransform):
 
 class GaussianBlur(Transform):
     """Gaussian blur with sigma drawn uniformly from ``sigma`` (min, max)."""
+
+    chunkable = True
 
     def __init__(self, kernel_size, sigma=(0.1, 2.0), per_sample: bool = False) -> None:
         super().__init__()

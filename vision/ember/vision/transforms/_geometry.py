@@ -34,12 +34,16 @@ def _check_per_sample(per_sample):
 class RandomHorizontalFlip(RandomTransform):
     """Mirror left-right with probability ``p``."""
 
+    chunkable = True
+
     def transform(self, inpt, params):
         return F.horizontal_flip(inpt)
 
 
 class RandomVerticalFlip(RandomTransform):
     """Mirror top-bottom with probability ``p``."""
+
+    chunkable = True
 
     def transform(self, inpt, params):
         return F.vertical_flip(inpt)
@@ -210,6 +214,8 @@ class RandomResizedCrop(Transform):
 class RandomRotation(Transform):
     """Rotate by a random angle in ``degrees`` (counter-clockwise)."""
 
+    chunkable = True
+
     def __init__(self, degrees, interpolation=InterpolationMode.NEAREST, expand: bool = False,
                  center=None, fill=0, per_sample: bool = False) -> None:
         super().__init__()
@@ -232,6 +238,8 @@ class RandomRotation(Transform):
 
 class RandomAffine(Transform):
     """Random rotation, translation, scale and shear about the image centre."""
+
+    chunkable = True
 
     def __init__(self, degrees, translate=None, scale=None, shear=None,
                  interpolation=InterpolationMode.NEAREST, fill=0, center=None,
@@ -281,6 +289,8 @@ class RandomAffine(Transform):
 
 class RandomPerspective(RandomTransform):
     """With probability ``p``, move each corner inwards by up to ``distortion_scale``."""
+
+    chunkable = True
 
     def __init__(self, distortion_scale: float = 0.5, p: float = 0.5,
                  interpolation=InterpolationMode.BILINEAR, fill=0, per_sample: bool = False):

@@ -23,6 +23,8 @@ from ember.vision.tv_tensors import _as_format
 class Normalize(Transform):
     """``(image - mean) / std`` per channel on float images."""
 
+    chunkable = True
+
     def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False):
         super().__init__()
         mean, std = list(mean), list(std)
@@ -39,6 +41,8 @@ class Normalize(Transform):
 
 class ToDtype(Transform):
     """Convert dtypes; ``dtype`` may be a dict {type: dtype, "others": dtype}."""
+
+    chunkable = True
 
     def __init__(self, dtype, scale: bool = False) -> None:
         super().__init__()

@@ -11,6 +11,9 @@ from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ember.vision import tv_tensors
+from ember.vision.transforms.functional._utils import per_image_parallel
+
+_CHUNK_BYTES = 3 << 20  # a few images per chunk: cache-resident, little Python overhead
 
 
 def _is_plain(x: Any) -> bool:
@@ -106,10 +109,79 @@ def check_range(value, name: str, center: float | None = None, bound=(0.0, math.
     return float(lo), float(hi)
 
 
+def _chunk_plan(targets: Sequence) -> tuple[int, int] | None:
+    """(batch size, images per chunk) when every leaf is a CPU batch sharing dim 0."""
+    if torch.compiler.is_compiling() or not targets:
+        return None
+    n = None
+    for x in targets:
+        if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or x.ndim < 3:
+            return None
+        if is_image_like(x) and x.ndim < (5 if isinstance(x, tv_tensors.Video) else 4):
+            return None
+        if n is None:
+            n = int(x.shape[0])
+        elif x.shape[0] != n:
+            return None
+    images = [x for x in targets if is_image_like(x)]
+    if not images or n is None or n < 4 or torch.get_num_threads() < 1:
+        return None
+    per_image = images[0][0].numel() * 4
+    return n, max(1, _CHUNK_BYTES // max(per_image, 1))
+
+
+def _slice_params(params: Any, sl: slice, n: int) -> Any:
+    if isinstance(params, torch.Tensor):
+        return params[sl] if params.ndim >= 1 and params.shape[0] == n else params
+    if isinstance(params, dict):
+        return {k: _slice_params(v, sl, n) for k, v in params.items()}
+    if isinstance(params, list):
+        return [_slice_params(v, sl, n) for v in params]
+    return params
+
+
+def _rows(x: torch.Tensor, sl: slice) -> torch.Tensor:
+    part = plain(x)[sl]
+    return tv_tensors.wrap(part, like=x) if isinstance(x, tv_tensors.TVTensor) else part
+
+
+def apply_transform(t: Transform, targets: list, params: dict, fn=None) -> list:
+    """``t.transform`` on every target; CPU batches of a ``chunkable`` transform run in
+    cache-sized chunks of images over the thread pool (one intra-op thread each), each
+    chunk written straight into the output."""
+    fn = fn or t.transform
+    plan = _chunk_plan(targets) if t.chunkable else None
+    if plan is None:
+        return [fn(x, params) for x in targets]
+    n, k = plan
+    starts = list(range(0, n, k))
+    first: list = []
+
+    def head(_: int) -> None:
+        p0 = _slice_params(params, slice(0, k), n)
+        first.extend(fn(_rows(x, slice(0, k)), p0) for x in targets)
+
+    per_image_parallel(head, 1)  # single-threaded too: it fixes the output shapes
+    outs = [plain(f).new_empty((n,) + tuple(f.shape[1:])) for f in first]
+    for o, f in zip(outs, first):
+        o[:k] = plain(f)
+
+    def one(ci: int) -> None:
+        sl = slice(starts[ci + 1], starts[ci + 1] + k)
+        p = _slice_params(params, sl, n)
+        for j, x in enumerate(targets):
+            outs[j][sl] = plain(fn(_rows(x, sl), p))
+
+    per_image_parallel(one, len(starts) - 1)
+    return [tv_tensors.wrap(o, like=f) if isinstance(f, tv_tensors.TVTensor) else o
+            for o, f in zip(outs, first)]
+
+
 class Transform(nn.Module):
     """Base class: ``make_params`` draws once per call, ``transform`` maps one leaf."""
 
     per_sample: bool = False
+    chunkable: bool = False  # transform() treats images independently along dim 0
 
     def make_params(self, leaves: list) -> dict[str, Any]:
         return {}
@@ -121,8 +193,9 @@ class Transform(nn.Module):
         sample = inputs if len(inputs) > 1 else inputs[0]
         leaves, spec = tree_flatten(sample)
         chosen = transformed_leaves(leaves)
-        params = self.make_params([x for x, c in zip(leaves, chosen) if c])
-        out = [self.transform(x, params) if c else x for x, c in zip(leaves, chosen)]
+        targets = [x for x, c in zip(leaves, chosen) if c]
+        done = iter(apply_transform(self, targets, self.make_params(targets)))
+        out = [next(done) if c else x for x, c in zip(leaves, chosen)]
         return tree_unflatten(out, spec)
 
     def extra_repr(self) -> str:
@@ -143,6 +216,9 @@ class RandomTransform(Transform):
         self.p = float(p)
         self.per_sample = per_sample
 
+    def _transform_or_keep(self, inpt: Any, params: dict[str, Any]) -> Any:
+        return select_samples(params["_apply"], self.transform(inpt, params), inpt)
+
     def forward(self, *inputs: Any) -> Any:
         sample = inputs if len(inputs) > 1 else inputs[0]
         leaves, spec = tree_flatten(sample)
@@ -151,12 +227,12 @@ class RandomTransform(Transform):
         if self.per_sample:
             n, device = batch_info(targets)
             apply = torch.rand(n, device=device) < self.p
-            params = self.make_params(targets)
-            out = [select_samples(apply, self.transform(x, params), x) if c else x
-                   for x, c in zip(leaves, chosen)]
+            params = {**self.make_params(targets), "_apply": apply}
+            done = iter(apply_transform(self, targets, params, self._transform_or_keep))
+            out = [next(done) if c else x for x, c in zip(leaves, chosen)]
             return tree_unflatten(out, spec)
         if self.p < 1.0 and float(torch.rand(())) >= self.p:
             return sample
-        params = self.make_params(targets)
-        out = [self.transform(x, params) if c else x for x, c in zip(leaves, chosen)]
+        done = iter(apply_transform(self, targets, self.make_params(targets)))
+        out = [next(done) if c else x for x, c in zip(leaves, chosen)]
         return tree_unflatten(out, spec)

@@ -38,15 +38,26 @@ def _back(out: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _blend(img1: torch.Tensor, img2, ratio) -> torch.Tensor:
+    """``ratio * img1 + (1 - ratio) * img2``, clamped, in one lerp pass."""
     r = per_sample(ratio, img1)
     a = img1 if img1.is_floating_point() else img1.to(torch.float32)
-    return _back(a * r + img2 * (1.0 - r), img1.dtype)
+    b = img2 if isinstance(img2, torch.Tensor) else torch.tensor(img2, dtype=a.dtype)
+    r = r if isinstance(r, torch.Tensor) else torch.tensor(r, dtype=a.dtype, device=a.device)
+    return _back(torch.lerp(b.to(a.dtype), a, r.to(a.dtype)), img1.dtype)
+
+
+_LUMA = (0.2989, 0.587, 0.114)
 
 
 def _gray(img: torch.Tensor) -> torch.Tensor:
     """Luma [..., 1, H, W] in the input dtype (truncated for integers)."""
+    if img.dtype == torch.float32 and img.numel() > 0:
+        # a [3] x [3, H*W] matmul per image reads the three planes once
+        x = img.reshape((-1, 3, img.shape[-2] * img.shape[-1]))
+        w = torch.tensor(_LUMA, dtype=img.dtype, device=img.device)
+        return torch.matmul(w, x).reshape(img.shape[:-3] + (1,) + tuple(img.shape[-2:]))
     r, g, b = img.unbind(-3)
-    luma = (r.to(torch.float32) * 0.2989 + g * 0.587 + b * 0.114).unsqueeze(-3)
+    luma = (r.to(torch.float32) * _LUMA[0] + g * _LUMA[1] + b * _LUMA[2]).unsqueeze(-3)
     return luma.to(img.dtype)
 
 
@@ -80,8 +91,13 @@ def adjust_brightness(inpt, brightness_factor):
 def _contrast(img, contrast_factor):
     check_image(img, channels=(1, 3))
     _check_factor(contrast_factor, "contrast_factor")
-    gray = _gray(img) if img.shape[-3] == 3 else img
-    mean = gray.to(torch.float32).mean(dim=(-3, -2, -1), keepdim=True)
+    if img.shape[-3] == 3 and img.is_floating_point():
+        # luma is linear for float images: weight the channel means, no grey plane needed
+        luma = torch.tensor(_LUMA, dtype=img.dtype, device=img.device).view(3, 1, 1)
+        mean = (img.mean(dim=(-2, -1), keepdim=True) * luma).sum(-3, keepdim=True)
+    else:
+        gray = _gray(img) if img.shape[-3] == 3 else img
+        mean = gray.to(torch.float32).mean(dim=(-3, -2, -1), keepdim=True)
     return _blend(img, mean, contrast_factor)
 
 
@@ -148,18 +164,45 @@ def _from_unit_float(out, dtype):
     return out.mul(max_value(dtype) + 1.0 - 1e-3).to(dtype)
 
 
+def _shift_hue(img: torch.Tensor, factor) -> torch.Tensor:
+    """RGB in [0, 1] -> hue rotated by ``factor`` turns; torchvision's HSV round trip, fused:
+    with v = max and v*s = max - min, channel n is v - v*s*clamp(2 - |k - 2|, 0, 1),
+    k = (n + 6h) mod 6 (n = 5, 3, 1 for r, g, b)."""
+    r, g, b = img.unbind(-3)
+    maxc = torch.maximum(torch.maximum(r, g), b)  # faster than a strided aminmax
+    minc = torch.minimum(torch.minimum(r, g), b)
+    delta = maxc - minc
+    inv = torch.where(delta > 0, delta, 1.0).reciprocal_()
+    # 6h before the 1/delta scaling: g-b on red's sector, b-r+2d on green's, r-g+4d on blue's
+    num = torch.where(maxc == r, g - b,
+                      torch.where(maxc == g, torch.add(b - r, delta, alpha=2.0),
+                                  torch.add(r - g, delta, alpha=4.0)))
+    h6 = num.mul_(inv)
+    if isinstance(factor, torch.Tensor):
+        h6 = h6.add_(6.0 * factor.view(factor.shape[:1] + (1,) * (h6.ndim - 1)))
+    else:
+        h6 = h6.add_(6.0 * factor)
+    chans = []
+    for n in (5.0, 3.0, 1.0):
+        w = torch.remainder(h6 + n, 6.0).sub_(2.0).abs_().neg_().add_(2.0).clamp_(0.0, 1.0)
+        chans.append(torch.addcmul(maxc, delta, w, value=-1.0))
+    return torch.stack(chans, -3)
+
+
 def _hue(img, hue_factor):
     check_image(img, channels=(1, 3))
     _check_factor(hue_factor, "hue_factor", -0.5, 0.5)
-    if img.shape[-3] == 1:
+    if img.shape[-3] == 1 or img.numel() == 0:
         return img.clone()
-    if img.numel() == 0:
-        return img.clone()
-    hsv = _rgb_to_hsv(_to_unit_float(img).to(torch.float32))
-    h, s, v = hsv.unbind(-3)
-    hf = per_sample(hue_factor, h.unsqueeze(-3))
-    h = (h + (hf.squeeze(-3) if isinstance(hf, torch.Tensor) else hf)).remainder(1.0)
-    return _from_unit_float(_hsv_to_rgb(torch.stack([h, s, v], -3)), img.dtype)
+    if isinstance(hue_factor, torch.Tensor) and hue_factor.ndim == 1 \
+            and hue_factor.shape[0] != img.shape[0]:
+        raise ValueError(f"a per-sample parameter must have shape [{img.shape[0]}] (the batch "
+                         f"size), got {tuple(hue_factor.shape)}")
+    x = _to_unit_float(img)
+    x = x if x.dtype in (torch.float32, torch.float64) else x.to(torch.float32)
+    if isinstance(hue_factor, torch.Tensor):
+        hue_factor = hue_factor.to(x.device, x.dtype)
+    return _from_unit_float(_shift_hue(x, hue_factor), img.dtype)
 
 
 @dispatcher

@@ -27,6 +27,7 @@ from ember.vision.transforms.functional._utils import (
     from_float,
     is_batched_param,
     max_value,
+    per_image_parallel,
 )
 
 
@@ -318,11 +319,21 @@ def _resized_crop_image(img, top, left, height, width, size,
     params = [torch.as_tensor(v, device=img.device).expand(n) for v in (top, left, height, width)]
     if mode in (InterpolationMode.NEAREST, InterpolationMode.NEAREST_EXACT):
         return _resized_crop_nearest(img, *params, oh, ow)
-    if img.dtype == torch.uint8 and img.device.type == "cpu":
-        # the fixed-point CPU kernel beats dense weights here; params are already drawn
+    if img.dtype == torch.uint8 and img.device.type == "cpu" and mode == InterpolationMode.BILINEAR:
+        # torch's fixed-point channels-last CPU kernel (Pillow's algorithm) beats dense
+        # weights here: one call per window, the parameters are already drawn
         t, lf, hh, ww = (p.tolist() for p in params)
-        return torch.stack([_resized_crop_image(img[i], t[i], lf[i], hh[i], ww[i], [oh, ow], mode,
-                                                antialias) for i in range(n)])
+        flat = img.reshape((n, -1) + tuple(img.shape[-3:]))
+        out = img.new_empty(flat.shape[:-2] + (oh, ow))
+
+        def one(i: int) -> None:
+            win = flat[i, :, :, t[i]:t[i] + hh[i], lf[i]:lf[i] + ww[i]]
+            win = win.contiguous(memory_format=torch.channels_last)
+            out[i] = tF.interpolate(win, size=(oh, ow), mode="bilinear", align_corners=False,
+                                    antialias=bool(antialias))
+
+        per_image_parallel(one, n)
+        return out.reshape(img.shape[:-2] + (oh, ow))
     return _resized_crop_dense(img, *params, oh, ow, mode, bool(antialias))
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -84,3 +86,34 @@ def from_float(out: torch.Tensor, dtype: torch.dtype, *, round_: bool = True) ->
     if round_:
         out = out.round()
     return out.clamp_(0, max_value(dtype)).to(dtype)
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _single_thread_run(fn: Callable[[int], None], indices: range) -> None:
+    torch.set_num_threads(1)
+    for i in indices:
+        fn(i)
+
+
+def per_image_parallel(fn: Callable[[int], None], n: int) -> None:
+    """Run ``fn(i)`` for i < n: images spread over torch's thread count, one intra-op
+    thread each (small per-image kernels lose badly to OpenMP spin-waits otherwise)."""
+    global _pool
+    workers = max(1, min(torch.get_num_threads(), n))
+    prev = torch.get_num_threads()
+    try:
+        if workers == 1 or torch.compiler.is_compiling():
+            _single_thread_run(fn, range(n))
+            return
+        with _pool_lock:
+            if _pool is None or _pool._max_workers < workers:
+                _pool = ThreadPoolExecutor(workers, thread_name_prefix="ember-vision")
+        futures = [_pool.submit(_single_thread_run, fn, range(k, n, workers))
+                   for k in range(workers)]
+        for f in futures:
+            f.result()
+    finally:
+        torch.set_num_threads(prev)
