@@ -122,7 +122,7 @@ def load(
         raise ValueError(f"num_frames must be -1 (all) or a non-negative int, got {num_frames!r}")
     name = _name(path_or_fileobj)
     with _open(path_or_fileobj, format) as f:
-        subtype = f.subtype
+        subtype = None if normalize else f.subtype
         dtype = "float32" if normalize else _RAW_READ_DTYPE.get(subtype, "float32")
         try:
             if frame_offset:
@@ -136,7 +136,7 @@ def load(
         return _to_tensor(data, subtype, normalize, channels_first), f.samplerate
 
 
-def _to_tensor(data: np.ndarray, subtype: str, normalize: bool,
+def _to_tensor(data: np.ndarray, subtype: str | None, normalize: bool,
                channels_first: bool) -> torch.Tensor:
     if not normalize and subtype == "PCM_S8":
         data = (data >> 8).astype(np.int8)
