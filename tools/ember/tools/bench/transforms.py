@@ -10,6 +10,7 @@ then ToTensor + Normalize in numpy and a final stack.
 from __future__ import annotations
 
 import math
+import os
 import random
 
 import numpy as np
@@ -92,7 +93,15 @@ def run(quick: bool = False) -> BenchResult:
     rng = random.Random(0)
     ours = ember_pipeline(size)
     threads = torch.get_num_threads()
-    t = compare_timings({"ember": lambda: ours(batch),
+
+    def one_thread():
+        torch.set_num_threads(1)
+        try:
+            return ours(batch)
+        finally:
+            torch.set_num_threads(threads)
+
+    t = compare_timings({"ember": lambda: ours(batch), "ember1": one_thread,
                          "pillow": lambda: pillow_pipeline(pil_images, rng, size)},
                         rounds=rounds, min_seconds=0.0)
     result = BenchResult(
@@ -102,10 +111,16 @@ def run(quick: bool = False) -> BenchResult:
         ["pipeline", "images/s", "ratio vs Pillow", "target"])
     result.rows.append([f"ember, batched on CPU ({threads} threads), per-sample draws",
                         n / t["ember"], t["pillow"] / t["ember"], ">= 3"])
+    result.rows.append(["ember, batched on CPU (1 thread), per-sample draws",
+                        n / t["ember1"], t["pillow"] / t["ember1"], "-"])
     result.rows.append(["Pillow + numpy, per sample (classic torchvision recipe)",
                         n / t["pillow"], 1.0, "-"])
     result.notes.append("ember: uint8 crop+resize (Pillow's fixed-point filter), flip as a "
                         "per-sample select, float32 colour ops with per-image factors")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    result.notes.append(f"1-minute load average during the run: {load:.1f} on {os.cpu_count()} "
+                        f"cores; under oversubscription torch's OpenMP barriers stall, which "
+                        f"the 1-thread row avoids")
     result.notes.append("'ember under ember.core.compile' waits for the compiler to take this "
                         "graph (the pipeline already traces with fullgraph=True)")
     return result

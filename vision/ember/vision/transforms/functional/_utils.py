@@ -99,21 +99,25 @@ def _single_thread_run(fn: Callable[[int], None], indices: range) -> None:
 
 
 def per_image_parallel(fn: Callable[[int], None], n: int) -> None:
-    """Run ``fn(i)`` for i < n: images spread over torch's thread count, one intra-op
-    thread each (small per-image kernels lose badly to OpenMP spin-waits otherwise)."""
+    """Run ``fn(i)`` for i < n on worker threads with one intra-op thread each, images
+    spread over torch's thread count (small per-image kernels lose badly to OpenMP
+    spin-waits and team resizing otherwise; the caller's thread settings are untouched)."""
     global _pool
-    workers = max(1, min(torch.get_num_threads(), n))
+    if n <= 0:
+        return
     prev = torch.get_num_threads()
+    if torch.compiler.is_compiling():
+        for i in range(n):
+            fn(i)
+        return
+    workers = max(1, min(prev, n))
+    with _pool_lock:
+        if _pool is None or _pool._max_workers < workers:
+            _pool = ThreadPoolExecutor(max(workers, prev), thread_name_prefix="ember-vision")
     try:
-        if workers == 1 or torch.compiler.is_compiling():
-            _single_thread_run(fn, range(n))
-            return
-        with _pool_lock:
-            if _pool is None or _pool._max_workers < workers:
-                _pool = ThreadPoolExecutor(workers, thread_name_prefix="ember-vision")
         futures = [_pool.submit(_single_thread_run, fn, range(k, n, workers))
                    for k in range(workers)]
         for f in futures:
             f.result()
     finally:
-        torch.set_num_threads(prev)
+        torch.set_num_threads(prev)  # the default for threads started later
