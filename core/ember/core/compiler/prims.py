@@ -54,7 +54,7 @@ PRIMS: dict[str, tuple[int, str, str]] = {
     "atan2": (2, "math", "std::atan2({0}, {1})"),
     "fmod": (2, "math", "std::fmod({0}, {1})"),
     "remainder": (2, "math", "e_rem<{T}>({0}, {1})"),
-    "floordiv": (2, "math", "std::floor({0} / {1})"),
+    "floordiv": (2, "math", "e_floordiv<{T}>({0}, {1})"),
     "truncdiv": (2, "math", "std::trunc({0} / {1})"),
     "isnan": (1, "math", "({0} != {0})"),
     "isinf": (1, "math", "(std::abs({0}) == INFINITY)"),
@@ -98,6 +98,14 @@ template <typename T> static inline T e_min(T a, T b) { return (a != a || a < b)
 template <typename T> static inline T e_rem(T a, T b) {
   T r = std::fmod(a, b);
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+template <typename T> static inline T e_floordiv(T a, T b) {
+  if (b == 0) return a / b;
+  T m = std::fmod(a, b), d = (a - m) / b;
+  if (m != 0 && ((b < 0) != (m < 0))) d -= 1;
+  if (d == 0) return std::copysign(static_cast<T>(0), a / b);
+  T f = std::floor(d);
+  return (d - f > static_cast<T>(0.5)) ? f + 1 : f;
 }
 static inline float e_bf16_to_f(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16; float f; std::memcpy(&f, &u, 4); return f;

@@ -130,9 +130,7 @@ class _Body:
         else:
             _, _, template = PRIMS[e[2]]
             args = [self.expr(a) for a in e[3:]]
-            operand_t = ctype(e[3][1]) if e[2] in ("maximum", "minimum", "remainder") else \
-                ctype(dt)
-            s = template.format(*args, T=operand_t)
+            s = template.format(*args, T=ctype(e[3][1]))  # operands share one compute type
         self.count += 1
         name = f"t{self.count}"
         self.line(f"{ctype(dt)} {name} = {s};")

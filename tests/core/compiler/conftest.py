@@ -1,0 +1,41 @@
+import pytest
+import torch
+
+from ember.core.compiler import compile as ember_compile
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _kernel_cache(tmp_path_factory):
+    """One fresh on-disk kernel cache for the whole session (tests share built kernels)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EMBER_CACHE_DIR", str(tmp_path_factory.mktemp("ember_cache")))
+    yield
+    mp.undo()
+
+
+@pytest.fixture
+def ecompile():
+    """ember.core.compile in strict mode: any compiler failure raises instead of falling back."""
+    def make(fn, **kwargs):
+        torch._dynamo.reset()
+        options = {"strict": True, **kwargs.pop("options", {})}
+        return ember_compile(fn, options=options, **kwargs)
+    yield make
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def matches():
+    """``matches(out, ref)``: every output has eager's dtype, shape and values."""
+    return _assert_matches
+
+
+def _assert_matches(out, ref, atol=1e-5, rtol=1e-5):
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    refs = ref if isinstance(ref, (tuple, list)) else [ref]
+    assert len(outs) == len(refs)
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        assert o.dtype == r.dtype, f"output {i}: dtype {o.dtype} != {r.dtype}"
+        assert o.shape == r.shape, f"output {i}: shape {o.shape} != {r.shape}"
+        torch.testing.assert_close(o, r, atol=atol, rtol=rtol, equal_nan=True,
+                                   msg=lambda m, i=i: f"output {i}: {m}")

@@ -1,0 +1,156 @@
+"""Op-level suite: prims, decompositions, dtypes, broadcasting, layouts, all against eager."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+TOL = {torch.float32: 1e-5, torch.float64: 1e-7, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+SPECIAL = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1e-3, -2.5, 7.0]
+
+
+def _unary(x):
+    return (x.abs(), -x, x.exp(), x.exp2(), x.expm1(), x.log(), x.log2(), x.log10(), x.log1p(),
+            x.sqrt(), x.rsqrt(), x.reciprocal(), x.sigmoid(), x.sin(), x.cos(), x.tan(),
+            x.asin(), x.acos(), x.atan(), x.sinh(), x.cosh(), x.tanh(), x.asinh(), x.erf(),
+            x.erfc(), x.floor(), x.ceil(), x.trunc(), x.round(), x.sign(), x.isnan(),
+            x.isinf(), torch.relu(x), x.clamp(-1, 2), F.silu(x),
+            F.gelu(x.clamp(-1e4, 1e4)),  # eager's erf-gelu(+inf) is nan, the formula's is inf
+            F.gelu(x, approximate="tanh"), F.hardtanh(x), F.leaky_relu(x, 0.1), F.elu(x),
+            F.softplus(x), x.square(), x ** 3)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_unary_prims(ecompile, matches, dtype):
+    x = torch.cat([torch.randn(56) * 2, torch.tensor(SPECIAL)]).to(dtype).reshape(8, 8)
+    matches(ecompile(_unary)(x), _unary(x), atol=TOL[dtype], rtol=TOL[dtype])
+
+
+def _binary_float(a, b):
+    return (a + b, a - b, a * b, a / b, torch.maximum(a, b), torch.minimum(a, b),
+            a.abs() ** b, torch.atan2(a, b), torch.fmod(a, b), torch.remainder(a, b),
+            torch.div(a, b, rounding_mode="floor"), torch.div(a, b, rounding_mode="trunc"),
+            a == b, a != b, a < b, a <= b, a > b, a >= b, torch.where(a > b, a, b),
+            torch.add(a, b, alpha=2), torch.lerp(a, b, 0.3), torch.addcmul(a, a, b, value=0.5))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_binary_float_prims(ecompile, matches, dtype):
+    a = torch.cat([torch.randn(40), torch.tensor(SPECIAL)]).to(dtype)
+    b = torch.cat([torch.randn(40) + 0.1, torch.tensor(SPECIAL[::-1])]).to(dtype)
+    matches(ecompile(_binary_float)(a, b), _binary_float(a, b), atol=TOL[dtype],
+            rtol=TOL[dtype])
+
+
+def _binary_int(a, b):
+    return (a + b, a - b, a * b, torch.maximum(a, b), torch.minimum(a, b), a & b, a | b, a ^ b,
+            ~a, a == b, a < b, a >= b, torch.where(a > b, a, b), a // 3, a % 3, a / 2,
+            a.abs(), a.sum(), a.sum(0), a.amax(1), a.amin(0))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8,
+                                   torch.uint8])
+def test_integer_prims(ecompile, matches, dtype):
+    lo = 0 if dtype == torch.uint8 else -100
+    a = torch.randint(lo, 100, (6, 7), dtype=dtype)
+    b = torch.randint(lo, 100, (6, 7), dtype=dtype)
+    matches(ecompile(_binary_int)(a, b), _binary_int(a, b))
+
+
+def test_uint8_wraps_like_eager(ecompile, matches):
+    a = torch.arange(0, 256, dtype=torch.uint8)
+    f = lambda a: (a + a, a * 3, a - 200, (a + 100) > 50)
+    matches(ecompile(f)(a), f(a))
+
+
+def test_bool_prims(ecompile, matches):
+    a, b = torch.rand(5, 9) > 0.5, torch.rand(5, 9) > 0.3
+    f = lambda a, b: (a & b, a | b, a ^ b, ~a, torch.logical_and(a, b),
+                      torch.logical_or(a, b), torch.logical_not(a), a.any(), a.any(1), a == b,
+                      a.sum(), a.to(torch.float32) * 2)
+    matches(ecompile(f)(a, b), f(a, b))
+
+
+def test_type_promotion(ecompile, matches):
+    i = torch.randint(-5, 5, (4, 5))
+    u = torch.randint(0, 255, (4, 5), dtype=torch.uint8)
+    h = torch.randn(4, 5, dtype=torch.float16)
+    s = torch.tensor(2.5)  # 0-dim float32: promotes like a scalar
+    f = lambda i, u, h, s: (i + 1.5, u + i, h + s, h * 2, i / 2, u.float() / 255, h + i,
+                            i > 0.5, (h > s), u * 2.0, i.to(torch.float16) + h)
+    matches(ecompile(f)(i, u, h, s), f(i, u, h, s), atol=2e-3, rtol=2e-3)
+
+
+def test_broadcasting_and_scalars(ecompile, matches):
+    a, b, c = torch.randn(4, 1, 5), torch.randn(3, 1), torch.randn(())
+    f = lambda a, b, c: (a + b, a * c + 2, (a - b).sum(-1), c * 3, (c + 1).exp())
+    matches(ecompile(f)(a, b, c), f(a, b, c))
+
+
+def test_non_contiguous_inputs(ecompile, matches):
+    base = torch.randn(10, 12)
+    f = lambda t, s, e: (t * 2 + 1, s.sin() + t[:5, 1:7], e + 1, t.sum(0), s.amax(-1))
+    args = (base.t(), base[::2, 1::2], torch.randn(6, 1).expand(6, 5))
+    matches(ecompile(f)(*args), f(*args))
+
+
+def test_zero_size_inputs(ecompile, matches):
+    z = torch.randn(0, 5)
+    f = lambda z: (z * 2 + 1, z.sum(0), z.sum(), z.exp().mean(1))
+    matches(ecompile(f)(z), f(z))
+
+
+def test_views_are_index_maps(ecompile, matches):
+    x = torch.randn(4, 6, 8)
+    f = lambda x: (
+        (x * 2).reshape(24, 8) + 1, x.permute(2, 0, 1) * 3, x.transpose(0, 1).exp(),
+        x[:, 1:5:2, ::3] - 1, x.select(1, 2).sin(), (x + 1).unsqueeze(0).expand(2, 4, 6, 8),
+        x.unsqueeze(2).squeeze(2) * 2, x.as_strided((4, 3), (48, 2), 5) + 1,
+        (x + 1).view(4, 48).sum(-1), (x * 2).permute(1, 0, 2).reshape(6, 32))
+    matches(ecompile(f)(x), f(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_reductions(ecompile, matches, dtype):
+    x = torch.randn(6, 7, 9).to(dtype)
+    f = lambda x: (x.sum(), x.sum(1), x.sum((0, 2), keepdim=True), x.mean(-1), x.amax(0),
+                   x.amin((1, 2)), x.var(1), x.std(-1, keepdim=True), x.var(unbiased=False),
+                   x.mean(), torch.logsumexp(x, -1), torch.linalg.vector_norm(x, dim=-1))
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    matches(ecompile(f)(x), f(x), atol=tol, rtol=tol)
+
+
+def test_large_parallel_reductions(ecompile, matches):
+    x = torch.randn(300_000, dtype=torch.float64)
+    y = torch.randn(512, 300)
+    f = lambda x, y: (x.sum(), x.amax(), (x * 2).mean(), y.sum(-1), y.sum(0), y - y.mean())
+    matches(ecompile(f)(x, y), f(x, y), atol=1e-4, rtol=1e-5)
+
+
+def test_nan_inf_propagate_through_reductions(ecompile, matches):
+    x = torch.tensor([[1.0, float("nan"), 3.0], [float("inf"), -float("inf"), 2.0],
+                      [1.0, 2.0, float("inf")]])
+    f = lambda x: (x.amax(-1), x.amin(0), x.sum(-1), x.softmax(-1), x.amax())
+    matches(ecompile(f)(x), f(x))
+
+
+def _composites(x, w, b, rm, rv, y, z):
+    return (F.softmax(x, -1), F.log_softmax(x, 0), F.layer_norm(x, (16,), w, b),
+            F.group_norm(z, 4), F.batch_norm(z, rm.clone(), rv.clone(), training=True),
+            F.batch_norm(z, rm, rv, training=False), F.gelu(x), F.gelu(x, approximate="tanh"),
+            F.silu(x), F.dropout(x, 0.5, training=False), x.var(-1), x.std(0), x.mean(),
+            F.cross_entropy(x, y), F.mse_loss(x, x.flip(0)), F.nll_loss(F.log_softmax(x, 1), y))
+
+
+def test_decompositions_match_eager(ecompile, matches):
+    args = (torch.randn(8, 16), torch.randn(16), torch.randn(16), torch.randn(8),
+            torch.rand(8) + 0.5, torch.randint(0, 16, (8,)), torch.randn(2, 8, 3, 3))
+    matches(ecompile(_composites)(*args), _composites(*args), atol=1e-5, rtol=1e-4)
+
+
+def test_dropout_training_keeps_or_scales(ecompile):
+    x = torch.ones(4000)
+    out = ecompile(lambda x: F.dropout(x, 0.25, training=True))(x)
+    kept = out != 0
+    torch.testing.assert_close(out[kept], torch.full_like(out[kept], 1 / 0.75))
+    assert 0.65 < kept.float().mean().item() < 0.85
