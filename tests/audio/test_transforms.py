@@ -252,3 +252,25 @@ def test_dynamo_captures_without_graph_breaks(tr, kind):
         x = torch.stft(x, 256, 128, window=torch.hann_window(256), return_complex=True)
     compiled = torch.compile(tr, backend="eager", fullgraph=True)
     torch.testing.assert_close(compiled(x), tr(x))
+
+
+RANDOM_OR_ITERATIVE = [
+    (T.GriffinLim(n_fft=256, n_iter=3), "spec"),
+    (T.InverseMelScale(129, n_mels=32), "mel"),
+    (T.FrequencyMasking(10), "spec"),
+    (T.TimeMasking(10, iid_masks=True), "spec"),
+    (T.SpecAugment(2, 10, 2, 10), "spec"),
+    (T.Deemphasis(), "wave"),
+    (T.MuLawDecoding(), "codes"),
+]
+
+
+@pytest.mark.parametrize("tr,kind", RANDOM_OR_ITERATIVE, ids=lambda v: type(v).__name__)
+def test_dynamo_fullgraph_for_random_and_iterative_transforms(tr, kind):
+    torch._dynamo.reset()
+    x = _wave(2, n=2000)
+    spec = T.Spectrogram(n_fft=256)(x)
+    inputs = {"wave": x, "spec": spec, "mel": T.MelScale(32, n_stft=129)(spec),
+              "codes": T.MuLawEncoding()(x.clamp(-1, 1))}[kind]
+    out = torch.compile(tr, backend="eager", fullgraph=True)(inputs)
+    assert out.shape == tr(inputs).shape

@@ -127,7 +127,10 @@ class MelScale(nn.Module):
 
 
 class InverseMelScale(nn.Module):
-    """Mel spectrogram -> linear-frequency spectrogram by least squares, clipped at 0."""
+    """Mel spectrogram -> linear-frequency spectrogram by least squares, clipped at 0.
+
+    ``driver`` is accepted for torchaudio compatibility; the solve uses the pseudo-inverse.
+    """
 
     def __init__(self, n_stft: int, n_mels: int = 128, sample_rate: int = 16000,
                  f_min: float = 0.0, f_max: float | None = None, norm: str | None = None,
@@ -140,6 +143,11 @@ class InverseMelScale(nn.Module):
         self.f_min = f_min
         self.register_buffer("fb", FS.melscale_fbanks(n_stft, f_min, self.f_max, n_mels,
                                                       sample_rate, norm, mel_scale))
+        # The least-squares solution of fb^T X = M for every M is pinv(fb^T) @ M: one matmul
+        # at run time (traceable, differentiable), and still defined when empty filters
+        # (n_mels too high) make fb rank-deficient, where gels would fail.
+        pinv = torch.linalg.pinv(self.fb.t().double()).to(self.fb.dtype)
+        self.register_buffer("_pinv", pinv, persistent=False)
 
     def forward(self, melspec: Tensor) -> Tensor:
         if melspec.ndim < 2 or melspec.shape[-2] != self.n_mels:
@@ -147,12 +155,7 @@ class InverseMelScale(nn.Module):
                              f"got {tuple(melspec.shape)}")
         shape = melspec.shape
         flat = melspec.reshape(-1, shape[-2], shape[-1])
-        fb_t = self.fb.t()[None].to(flat.dtype)
-        try:
-            sol = torch.linalg.lstsq(fb_t, flat, driver=self.driver).solution
-        except torch.linalg.LinAlgError:
-            # gels needs full rank; empty mel filters (n_mels too high) make it rank-deficient
-            sol = torch.linalg.lstsq(fb_t, flat, driver="gelsd").solution
+        sol = torch.matmul(self._pinv.to(flat.dtype), flat)
         return torch.relu(sol).reshape(shape[:-2] + sol.shape[-2:])
 
 
