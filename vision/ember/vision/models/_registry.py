@@ -1,0 +1,53 @@
+"""Model registry: ``get_model(name, **kw)``, ``list_models()``; weights from local files only."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+_MODELS: dict[str, Callable[..., nn.Module]] = {}
+
+
+def register_model(name: str | None = None) -> Callable:
+    """Decorator adding a builder ``fn(**kw) -> nn.Module`` under ``name`` (default: its name)."""
+    def decorate(fn: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+        key = name or fn.__name__
+        if key in _MODELS:
+            raise ValueError(f"model {key!r} is already registered")
+        _MODELS[key] = fn
+        return fn
+    return decorate
+
+
+def list_models() -> list[str]:
+    """Names of the registered models, sorted."""
+    return sorted(_MODELS)
+
+
+def get_model(name: str, **kwargs) -> nn.Module:
+    """Build model ``name``; ``weights=<path to a state_dict file>`` loads local weights."""
+    if name not in _MODELS:
+        raise ValueError(f"unknown model {name!r}; available: {', '.join(list_models())}")
+    return _MODELS[name](**kwargs)
+
+
+def load_weights(model: nn.Module, weights: str | os.PathLike | dict | None) -> nn.Module:
+    """Load a state_dict (a dict, or a local file saved with ``torch.save``); never downloads."""
+    if weights is None:
+        return model
+    if isinstance(weights, dict):
+        state = weights
+    elif isinstance(weights, (str, os.PathLike)):
+        if not os.path.isfile(weights):
+            raise ValueError(f"weights must be a local state_dict file (nothing is downloaded), "
+                             f"got {str(weights)!r}, which does not exist")
+        state = torch.load(weights, map_location="cpu", weights_only=True)
+    else:
+        raise TypeError(f"weights must be a path or a state_dict, got {type(weights).__name__}")
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    model.load_state_dict(state)
+    return model
