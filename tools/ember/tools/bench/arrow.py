@@ -7,6 +7,7 @@ a fused numeric expression evaluated eagerly (torch per op) and compiled (ember.
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -38,6 +39,7 @@ def _expr(a, b):
 
 
 def run(quick: bool = False) -> BenchResult:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     n = 100_000 if quick else 10_000_000
     rounds = 3 if quick else 5
     table = _table(n)
@@ -140,6 +142,8 @@ def run(quick: bool = False) -> BenchResult:
                         "compiling (what ember.core.compile fuses), the ember default is the "
                         "NumPy evaluator")
     result.notes.append("groupby: 1,000 keys, sorted output in all three (polars sorts after)")
+    result.notes.append(f"1-minute load average when the run started: {load:.1f} on "
+                        f"{os.cpu_count()} cores (other jobs share the machine)")
     result.notes.append(f"pandas {pd.__version__} (default string dtype), polars "
                         f"{pl.__version__}, pyarrow {pa.__version__}; torch threads "
                         f"{torch.get_num_threads()}")
