@@ -383,7 +383,11 @@ class DataFrame:
     def join(self, other: DataFrame, on: str | Sequence[str] | None = None,
              how: str = "inner", left_on=None, right_on=None,
              suffixes: tuple[str, str] = ("_x", "_y")) -> DataFrame:
-        """Rows of both frames matched on keys (``how`` inner or left), in left-row order."""
+        """Rows of both frames matched on keys (``how`` inner or left), in left-row order.
+
+        Shared non-key names get ``suffixes`` (pandas' defaults). Unlike pandas, null keys
+        never match (SQL semantics).
+        """
         if not isinstance(other, DataFrame):
             raise TypeError(f"join(): other must be a DataFrame, got {type(other).__name__}")
         types = {"inner": "inner", "left": "left outer"}
