@@ -221,3 +221,10 @@ def test_errors_name_the_column():
         ea.dataframe({"a": ["x"]}).cast(dt.Struct([dt.Field("a", dt.int64)]))
     with pytest.raises(ValueError, match="do not match dtype fields"):
         ea.dataframe({"a": [1]}, dtype=dt.Struct([dt.Field("z", dt.int64)]))
+
+
+def test_join_null_keys_never_match():
+    left = ea.dataframe({"k": [1, None], "x": [10, 20]})
+    right = ea.dataframe({"k": [1, None], "y": ["a", "b"]})
+    assert left.join(right, on="k").to_pylist() == [(1, 10, "a")]
+    assert left.join(right, on="k", how="left").to_pylist() == [(1, 10, "a"), (None, 20, None)]
