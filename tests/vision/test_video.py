@@ -1,0 +1,108 @@
+"""ember.vision.video: write/read round trips, pts, seeking, errors; videos made by the tests."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import torch
+
+from ember.vision import video as V
+
+
+def ramp(t=10, h=32, w=48):
+    """Frames whose grey level steps by 25 per frame, so each frame is identifiable."""
+    frames = torch.zeros(t, h, w, 3, dtype=torch.uint8)
+    for i in range(t):
+        frames[i] = i * 25
+    frames[:, :, : w // 4, 0] = 255  # a red band, to check channel order
+    return frames
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    path = tmp_path_factory.mktemp("video") / "ramp.mp4"
+    audio = 0.5 * torch.sin(torch.arange(16000.0) * 2 * torch.pi * 440 / 8000).repeat(2, 1)
+    V.write_video(str(path), ramp(), fps=5, audio_array=audio, audio_fps=8000)
+    return str(path)
+
+
+def test_read_video_round_trip(clip):
+    video, audio, info = V.read_video(clip)
+    assert video.shape == (10, 32, 48, 3) and video.dtype == torch.uint8
+    assert info == {"video_fps": 5.0, "audio_fps": 8000}
+    grey = video[:, 20, 40].float().mean(-1)
+    assert torch.allclose(grey, torch.arange(10.0) * 25, atol=4)  # lossy codec
+    band = video[:, 16, 2].float()  # red pinned at 255 while green and blue follow the ramp
+    assert band[:, 0].mean() > 230
+    assert torch.allclose(band[:, 1], torch.arange(10.0) * 25, atol=6)
+    assert audio.shape[0] == 2 and abs(audio.shape[1] - 16000) <= 1024
+    ref = 0.5 * torch.sin(torch.arange(float(audio.shape[1])) * 2 * torch.pi * 440 / 8000)
+    spectrum = torch.fft.rfft(audio[0]).abs()
+    assert abs(int(spectrum.argmax()) - int(torch.fft.rfft(ref).abs().argmax())) <= 2
+    tchw, _, _ = V.read_video(clip, output_format="TCHW")
+    assert torch.equal(tchw, video.permute(0, 3, 1, 2))
+
+
+def test_read_video_time_window_and_timestamps(clip):
+    video, _, _ = V.read_video(clip, start_pts=0.5, end_pts=1.2)
+    assert video.shape[0] == 4  # frames at 0.6, 0.8, 1.0, 1.2
+    assert abs(float(video[0, 20, 40].float().mean()) - 75) <= 4
+    pts, fps = V.read_video_timestamps(clip)
+    assert fps == 5.0 and len(pts) == 10
+    assert pts == pytest.approx([i / 5 for i in range(10)], abs=1e-3)
+
+
+def test_video_reader_iterates_and_seeks(clip):
+    reader = V.VideoReader(clip)
+    frames = list(reader)
+    assert len(frames) == 10 and frames[0]["data"].shape == (3, 32, 48)
+    assert [f["pts"] for f in frames] == pytest.approx([i / 5 for i in range(10)], abs=1e-3)
+    after = [f["pts"] for f in reader.seek(1.0)]
+    assert after == pytest.approx([1.0, 1.2, 1.4, 1.6, 1.8], abs=1e-3)
+    first = next(reader.seek(0.4))
+    assert first["pts"] == pytest.approx(0.4, abs=1e-3)
+    assert abs(float(first["data"][1].float().mean()) - 50) <= 4
+    assert reader.get_metadata()["video"]["fps"] == [5.0]
+
+
+def test_lavfi_testsrc_and_odd_sizes(tmp_path):
+    src = tmp_path / "testsrc.mkv"
+    subprocess.run([V.ffmpeg_exe(), "-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i",
+                    "testsrc=duration=1:size=40x30:rate=10", "-c:v", "ffv1", str(src)],
+                   check=True)
+    video, audio, info = V.read_video(str(src))
+    assert video.shape == (10, 30, 40, 3) and audio.numel() == 0 and info["video_fps"] == 10.0
+    out = tmp_path / "odd.mp4"
+    V.write_video(str(out), video[:3, :29, :37], fps=10)
+    assert V.read_video(str(out))[0].shape == (3, 29, 37, 3)
+
+
+def test_errors(tmp_path, monkeypatch):
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"\x00\x01not a video at all" * 50)
+    with pytest.raises(RuntimeError, match="could not read"):
+        V.read_video(str(bad))
+    with pytest.raises(FileNotFoundError):
+        V.read_video(str(tmp_path / "missing.mp4"))
+    with pytest.raises(ValueError, match="output_format"):
+        V.read_video(str(bad), output_format="CTHW")
+    with pytest.raises(ValueError, match="pts_unit"):
+        V.read_video(str(bad), pts_unit="pts")
+    with pytest.raises(ValueError, match="video_array"):
+        V.write_video(str(tmp_path / "x.mp4"), torch.zeros(2, 8, 8), fps=5)
+    with pytest.raises(ValueError, match="fps"):
+        V.write_video(str(tmp_path / "x.mp4"), torch.zeros(2, 8, 8, 3), fps=0)
+
+
+def test_missing_binary_says_how_to_install(monkeypatch):
+    import imageio_ffmpeg
+
+    monkeypatch.setattr(V.shutil, "which", lambda name: None)
+
+    def no_binary():
+        raise RuntimeError("no ffmpeg exe could be found")
+
+    monkeypatch.setattr(imageio_ffmpeg, "get_ffmpeg_exe", no_binary)
+    with pytest.raises(RuntimeError, match="pip install imageio-ffmpeg"):
+        V.ffmpeg_exe()
