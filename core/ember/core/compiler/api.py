@@ -30,6 +30,7 @@ def compile(model: Callable | None = None, *, mode: str | None = "default",
                                  backend=backend, options=options)
     if not callable(model):
         raise TypeError(f"model must be a callable or nn.Module, got {type(model).__name__}")
+    capture.install()
     if backend == "ember":
         backend = functools.partial(ember_backend, mode=mode, options=dict(options or {}))
         functools.update_wrapper(backend, ember_backend)

@@ -35,17 +35,37 @@ class _Forward(logging.Handler):
             pass
 
 
+_enabled_by_us: set[str] = set()
+
+
+def _torch_log_state():
+    try:
+        from torch._logging._internal import log_state
+    except ImportError:  # pragma: no cover - private API moved
+        return None
+    return log_state
+
+
 def install() -> None:
     """Forward dynamo's graph-break / recompile messages if our loggers want them."""
+    state = _torch_log_state()
     for ours, names in _TORCH_LOGGERS.items():
         target = get_logger(ours)
         enabled = target.isEnabledFor(logging.INFO)
+        if state is not None:
+            if enabled and not state.is_artifact_enabled(ours):
+                state.enable_artifact(ours)  # dynamo only formats reasons when asked
+                _enabled_by_us.add(ours)
+            elif not enabled and ours in _enabled_by_us:
+                state.artifact_names.discard(ours)
+                _enabled_by_us.discard(ours)
         for name in names:
             lg = logging.getLogger(name)
             handlers = [h for h in lg.handlers if isinstance(h, _Forward)]
             if enabled and not handlers:
                 lg.addHandler(_Forward(target))
                 lg.setLevel(logging.DEBUG)
+                lg.propagate = ours not in _enabled_by_us  # don't print twice
             elif not enabled:
                 for h in handlers:
                     lg.removeHandler(h)

@@ -60,6 +60,9 @@ def load(source: str) -> ctypes.CDLL:
     target = cache.entry(k, ".so")
     if target.exists():
         try:
+            with open(target, "rb") as f:
+                if f.read(4) != b"\x7fELF":
+                    raise OSError("not an ELF shared library")
             lib = ctypes.CDLL(str(target))
             log.debug("cache hit %s", target)
             _loaded[k] = lib
