@@ -17,8 +17,8 @@ def test_quick_bench_table():
 
 
 def test_memory_probe_orders_math_above_ember():
-    math = bench._peak_extra("math", 2048, 2, False)
-    ours = bench._peak_extra("ember", 2048, 2, False)
+    math = bench._peak_extra("math", 4096, 1, False)
+    ours = bench._peak_extra("ember", 4096, 1, False)
     assert math is not None and ours is not None
-    assert math >= 2 * 2048 * 2048 * 4  # at least one float32 score matrix per head
-    assert ours < math / 4
+    assert math >= 4096 * 4096 * 4  # at least one float32 score matrix
+    assert ours < math / 3, (ours, math)
