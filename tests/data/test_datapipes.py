@@ -9,6 +9,8 @@ import random
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ember.data import IterDataPipe, functional_datapipe
 from ember.data.datapipes.iter import (
@@ -295,3 +297,12 @@ def test_iterablewrapper_over_numpy_and_generators():
     gen_source = IterableWrapper((x for x in range(3)), deepcopy=False)
     assert list(gen_source) == [0, 1, 2]
     random.seed(0)
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(sorted(PIPELINES)), stop=st.integers(0, 40))
+def test_resume_property_random_stop(resume, name, stop):
+    n = len(list(PIPELINES[name]()))
+    rest, restored = resume(PIPELINES[name], min(stop, n))
+    assert rest == restored
