@@ -16,8 +16,8 @@ from ember.data import (
 from ember.data.datapipes.iter import IterableWrapper
 
 
-def graph():
-    return IterableWrapper(range(48)).shuffle().sharding_filter().shuffle(buffer_size=3).batch(2)
+def graph(n=48):
+    return IterableWrapper(range(n)).shuffle().sharding_filter().shuffle(buffer_size=3).batch(2)
 
 
 def rank_main(rank, port, workers, out_path):
@@ -42,8 +42,12 @@ def rank_main(rank, port, workers, out_path):
         dl2.load_state_dict(state)
         restored = list(dl2)
         dl2.shutdown()
+        # 57 items: rank 0's shards hold more batches; fullsync stops both ranks together.
+        uneven = list(DataLoader2(graph(57), reading_service=SequentialReadingService(
+            DistributedReadingService(timeout=60), MultiProcessingReadingService(workers))))
         with open(out_path, "wb") as f:
-            pickle.dump({"head": head, "rest": rest, "restored": restored}, f)
+            pickle.dump({"head": head, "rest": rest, "restored": restored,
+                         "uneven": len(uneven)}, f)
     finally:
         dist.destroy_process_group()
 
@@ -75,6 +79,7 @@ def test_two_ranks_over_gloo(tmp_path, workers):
     res = [pickle.loads(o.read_bytes()) for o in outs]
     for r in res:
         assert r["restored"] == r["rest"]  # exact resume on each rank, 2 workers -> 1
+    assert res[0]["uneven"] == res[1]["uneven"] == 14  # rank 0 alone would give 15
     seen = [x for r in res for b in r["head"] + r["rest"] for x in b]
     # The pre-sharding shuffle agreed across ranks: together they cover every item once.
     assert sorted(seen) == list(range(48))

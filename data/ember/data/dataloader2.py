@@ -408,11 +408,19 @@ class DataLoader2:
     def _next(self):
         if self._epoch is None:
             raise StopIteration
+        sync = self._epoch.plan.sync_has_next
         try:
-            return self._epoch.next()
-        except StopIteration:
-            self._end_epoch()
-            raise
+            if sync is None:
+                return self._epoch.next()
+            try:
+                item, has = self._epoch.next(), True
+            except StopIteration:
+                item, has = None, False
+            if sync(has):
+                return item
+            # Another rank ran out: every rank ends this epoch at the same step.
+            self._epoch.finished = True
+            raise StopIteration
         except BaseException:
             self._end_epoch()
             raise

@@ -38,6 +38,7 @@ class Plan:
     rank: int = 0
     world_size: int = 1
     sync_seed: Callable[[int], int] | None = None
+    sync_has_next: Callable[[bool], bool] | None = None
 
     def shards(self) -> int:
         return self.worker_shards if self.worker_shards is not None else max(1, self.num_workers)
@@ -126,13 +127,17 @@ class MultiProcessingReadingService(ReadingServiceInterface):
 
 class DistributedReadingService(ReadingServiceInterface):
     """Shards the graph across the ranks of the default torch.distributed group; rank 0's
-    seed is broadcast (over a gloo group) so pipes before ``sharding_filter`` agree."""
+    seed is broadcast (over a gloo group) so pipes before ``sharding_filter`` agree.
 
-    def __init__(self, timeout: int = 1800) -> None:
-        self.timeout = timeout
+    With ``fullsync`` (default) every rank ends the epoch when the first one runs out, so
+    uneven shards never leave a rank waiting in a collective: one small all-reduce per item.
+    """
+
+    def __init__(self, timeout: int = 1800, fullsync: bool = True) -> None:
+        self.timeout, self.fullsync = timeout, fullsync
         self._group = None
 
-    def _sync_seed(self, seed: int) -> int:
+    def _gloo(self):
         import datetime
 
         import torch.distributed as dist
@@ -140,9 +145,21 @@ class DistributedReadingService(ReadingServiceInterface):
         if self._group is None:
             self._group = dist.new_group(backend="gloo",
                                          timeout=datetime.timedelta(seconds=self.timeout))
+        return self._group
+
+    def _sync_seed(self, seed: int) -> int:
+        import torch.distributed as dist
+
         t = torch.tensor([seed], dtype=torch.int64)
-        dist.broadcast(t, src=0, group=self._group)
+        dist.broadcast(t, src=0, group=self._gloo())
         return int(t.item())
+
+    def _sync_has_next(self, has_next: bool) -> bool:
+        import torch.distributed as dist
+
+        t = torch.tensor([int(has_next)], dtype=torch.int32)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self._gloo())
+        return bool(t.item())
 
     def plan(self, plan: Plan) -> Plan:
         import torch.distributed as dist
@@ -152,6 +169,8 @@ class DistributedReadingService(ReadingServiceInterface):
                                "initialized (torch.distributed.init_process_group)")
         plan.rank, plan.world_size = dist.get_rank(), dist.get_world_size()
         plan.sync_seed = self._sync_seed
+        if self.fullsync and plan.world_size > 1:
+            plan.sync_has_next = self._sync_has_next
         return plan
 
     def finalize(self) -> None:
