@@ -116,6 +116,8 @@ def test_dropout_replays_the_cpu_kernel_forward_and_backward():
 
 def test_cuda_kernel_registered_on_the_op():
     """The op's cuda entry runs the Triton kernels (here through the interpreter)."""
+    for op in ("ember::sdpa", "ember::sdpa_backward"):
+        assert kernels.registered()[op] == ["cpu", "cuda", "portable"]
     q, k, v = _qkv(1, 2, 2, 10, 12, 16, 16, torch.float32)
     fwd = kernels.get("ember::sdpa").kernels["cuda"]
     bwd = kernels.get("ember::sdpa_backward").kernels["cuda"]

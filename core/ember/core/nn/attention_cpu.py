@@ -16,6 +16,7 @@ do not cover (on CUDA, units always run inline).
 
 from __future__ import annotations
 
+import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -65,27 +66,28 @@ def _workers() -> ThreadPoolExecutor | None:
     return _pool
 
 
-def _run(units: list, fn, device: torch.device, spread: bool, owner=None) -> None:
+def _run(units: list, fn, device: torch.device, spread: bool) -> None:
     """Call ``fn(worker, unit)`` for every unit on the CPU workers (inline elsewhere).
 
-    ``spread``: share the units among all workers, ``owner(unit)`` choosing (round-robin by
-    default); otherwise one worker runs them all, which keeps small ops single-threaded.
+    ``spread``: the workers pull units from a shared counter (dynamic scheduling copes with
+    cores that other processes are using); otherwise one worker runs them all, which keeps
+    small ops single-threaded.
     """
     pool = _workers() if device.type == "cpu" else None
     if pool is None:
         for unit in units:
             fn(0, unit)
         return
-    shares: list[list] = [[] for _ in range(_pool_size)]
-    for i, unit in enumerate(units):
-        shares[((owner(unit) if owner else i) % _pool_size) if spread else 0].append(unit)
+    counter = itertools.count()  # next() on it is atomic under the GIL
 
     def work(w):
         with torch.no_grad():  # grad mode is per thread; kernels never record autograd
-            for unit in shares[w]:
-                fn(w, unit)
+            for i in counter:
+                if i >= len(units):
+                    return
+                fn(w, units[i])
 
-    for f in [pool.submit(work, w) for w in range(_pool_size) if shares[w]]:
+    for f in [pool.submit(work, w) for w in range(_pool_size if spread else 1)]:
         f.result()
 
 
@@ -219,14 +221,9 @@ def backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     lse = lse.to(t.dtype).reshape(t.heads, t.length_q, 1)
     lse = lse.masked_fill(lse == _NEG_INF, float("inf"))  # fully masked rows: p = 0
     dq = torch.zeros_like(t.q)
+    # Units of one head may run on different workers: each accumulates dK/dV privately.
     workers = spread_workers(t.device, t.spread)
-    # When every worker owns whole heads, units of different workers never touch the same
-    # rows of dK/dV; otherwise each worker accumulates privately and the sums are added.
-    by_head = workers == 1 or t.heads % workers == 0
-    if by_head:
-        grads = [(torch.zeros_like(t.k), torch.zeros_like(t.v))] * workers
-    else:
-        grads = [(torch.zeros_like(t.k), torch.zeros_like(t.v)) for _ in range(workers)]
+    grads = [(torch.zeros_like(t.k), torch.zeros_like(t.v)) for _ in range(workers)]
 
     def unit(worker, u):
         h0, h1, i0, i1 = u
@@ -245,9 +242,11 @@ def backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
             dq_i.baddbmm_(ds, t.k[h0:h1, j0:j1])
             dk[h0:h1, j0:j1].baddbmm_(ds.transpose(1, 2), q_i)
 
-    _run(t.units(), unit, t.device, t.spread, owner=(lambda u: u[0]) if by_head else None)
-    dk = grads[0][0] if by_head else sum(g[0] for g in grads)
-    dv = grads[0][1] if by_head else sum(g[1] for g in grads)
+    _run(t.units(), unit, t.device, t.spread)
+    dk, dv = grads[0]
+    for other_dk, other_dv in grads[1:]:
+        dk.add_(other_dk)
+        dv.add_(other_dv)
     dq = dq.mul_(scale).view(n, h, t.length_q, -1)
     dk = dk.view(n, hkv, h // hkv, t.length_k, -1).sum(2)
     dv = dv.view(n, hkv, h // hkv, t.length_k, -1).sum(2)
