@@ -6,7 +6,7 @@ import copy
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 
-from torch.utils.data import default_collate
+from torch.utils.data import IterableDataset, default_collate
 
 from ember.data.datapipes.base import (
     IterDataPipe,
@@ -24,6 +24,8 @@ __all__ = [
 
 
 def _is_sequence(obj) -> bool:
+    if isinstance(obj, IterableDataset):
+        return False
     return (hasattr(obj, "__len__") and hasattr(obj, "__getitem__")
             and not isinstance(obj, (dict, str, bytes)) and not hasattr(obj, "keys"))
 

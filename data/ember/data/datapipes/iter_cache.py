@@ -100,7 +100,10 @@ class _CacheIterator(PipeIterator):
 @functional_datapipe("on_disk_cache")
 class OnDiskCacheHolder(IterDataPipe):
     """Start of an on-disk cached section: items whose ``filepath_fn(item)`` file exists (and
-    matches ``hash_dict`` / ``extra_check_fn``) skip the pipes up to ``end_caching``."""
+    matches ``hash_dict`` / ``extra_check_fn``) skip the pipes up to ``end_caching``.
+
+    The section must map each item to exactly one ``(key, data)`` (e.g. a download); a
+    section that expands items (archives) raises a RuntimeError saying so."""
 
     def __init__(self, source_datapipe: IterDataPipe, filepath_fn: Callable | None = None,
                  hash_dict: dict | None = None, hash_type: str = "sha256",
