@@ -78,7 +78,7 @@ def spectrogram(
     if power is None:
         return spec
     if power == 2.0:  # |z|^2 without the sqrt/square round trip
-        return torch.view_as_real(spec).pow(2).sum(-1)
+        return spec.real.square() + spec.imag.square()
     if power == 1.0:
         return spec.abs()
     return spec.abs().pow(power)

@@ -25,6 +25,8 @@ __all__ = [
 
 WindowFn = Callable[..., Tensor]
 
+_CHUNK_SAMPLES = 1 << 18  # MelSpectrogram works through long batches this many samples at once
+
 
 def _frame_args(n_fft: int, win_length: int | None, hop_length: int | None) -> tuple[int, int]:
     if n_fft < 1:
@@ -200,11 +202,24 @@ class MelSpectrogram(nn.Module):
                                   mel_scale)
 
     def forward(self, waveform: Tensor) -> Tensor:
-        spec = self.spectrogram
         if self.power != 2.0:
-            return self.mel_scale(spec(waveform))
+            return self.mel_scale(self.spectrogram(waveform))
+        FS._check_waveform(waveform)
+        shape = waveform.shape
+        flat = waveform.reshape(-1, shape[-1])
+        # a few hundred thousand samples at a time keep the frames, FFT and power in cache
+        step = max(1, _CHUNK_SAMPLES // max(1, shape[-1]))
+        if flat.shape[0] <= step:
+            out = self._power_mel(flat)
+        else:
+            out = torch.cat([self._power_mel(flat[i:i + step])
+                             for i in range(0, flat.shape[0], step)])
+        return out.reshape(shape[:-1] + out.shape[-2:])
+
+    def _power_mel(self, waveform: Tensor) -> Tensor:
         # |X|^2 summed into the filterbank GEMM: square the interleaved (re, im) pairs and
         # multiply by the filterbank with each row repeated, which saves a full pass
+        spec = self.spectrogram
         stft = FS.spectrogram(waveform, spec.pad, spec.window, spec.n_fft, spec.hop_length,
                               spec.win_length, None, spec.normalized, spec.center,
                               spec.pad_mode, spec.onesided)
