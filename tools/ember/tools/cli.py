@@ -8,8 +8,15 @@ from pathlib import Path
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from ember.tools.bench import BENCHMARKS, run
-    from ember.tools.bench.harness import machine_line, update_markdown
+    from ember.tools.bench import BENCHMARKS
+    from ember.tools.bench.harness import (
+        machine_line,
+        update_markdown,
+        write_chart,
+        write_csv,
+        write_json,
+    )
+    from ember.tools.bench.registry import run_many
 
     if args.name == "list":
         for name, (_, desc) in sorted(BENCHMARKS.items()):
@@ -21,14 +28,34 @@ def _bench(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     machine = machine_line()
-    print(f"Machine: {machine}")
-    for name in names:
-        result = run(name, quick=args.quick)
+    print(f"Machine: {machine}" + (" (--quick sizes)" if args.quick else ""))
+    results, failed = [], []
+    for name, outcome in run_many(names, quick=args.quick, progress=not args.no_progress):
         print()
-        print(result.to_text())
+        if isinstance(outcome, BaseException):
+            failed.append(name)
+            print(f"{name}: FAILED: {type(outcome).__name__}: {outcome}", file=sys.stderr)
+            continue
+        results.append(outcome)
+        print(outcome.to_table(), flush=True)
         if args.update_md:
-            update_markdown(Path(args.update_md), result, machine)
+            update_markdown(Path(args.update_md), outcome, machine)
             print(f"(updated section '{name}' of {args.update_md})")
+    if args.csv and results:
+        write_csv(Path(args.csv), results)
+        print(f"(wrote {args.csv})")
+    if args.json and results:
+        write_json(Path(args.json), results, machine)
+        print(f"(wrote {args.json})")
+    if args.chart and results:
+        try:
+            charted = write_chart(Path(args.chart), results)
+            print(f"(wrote {args.chart}: {', '.join(charted)})")
+        except ValueError as exc:
+            print(f"no chart: {exc}", file=sys.stderr)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -53,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="small sizes, for CI")
     bench.add_argument("--update-md", metavar="PATH", nargs="?", const="BENCHMARKS.md",
                        help="rewrite this benchmark's section of BENCHMARKS.md")
+    bench.add_argument("--csv", metavar="PATH", help="also write every row as CSV")
+    bench.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    bench.add_argument("--chart", metavar="PATH",
+                       help="also draw a PNG of the speed-up/ratio columns per case")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     bench.set_defaults(func=_bench)
     demo = sub.add_parser("demo", help="run the end-to-end demo")
     demo.add_argument("--quick", action="store_true", help="tiny sizes")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable
+import sys
+import time
+from collections.abc import Callable, Iterator
 
+from ember.tools.bench import harness
 from ember.tools.bench.harness import BenchResult
 
 # name -> (target "module:function", one-line description)
@@ -36,3 +40,70 @@ def _resolve(name: str) -> Callable[..., BenchResult]:
 def run(name: str, quick: bool = False, **options) -> BenchResult:
     """Run one registered benchmark and return its result table."""
     return _resolve(name)(quick=quick, **options)
+
+
+def run_many(names: list[str], quick: bool = False, progress: bool = True,
+             **options) -> Iterator[tuple[str, BenchResult | BaseException]]:
+    """Run benchmarks in order under one progress bar; yields (name, result or the error).
+
+    A failing benchmark does not stop the others; its exception is yielded in its place.
+    """
+    bar = _progress_bar(len(names), enabled=progress)
+    with bar, _hook(lambda status: bar.set_postfix_str(status, refresh=True)):
+        for name in names:
+            bar.set_description(name)
+            try:
+                outcome: BenchResult | BaseException = run(name, quick=quick, **options)
+            except Exception as exc:  # reported by the caller, the other benchmarks still run
+                outcome = exc
+            bar.update(1)
+            yield name, outcome
+
+
+@contextlib.contextmanager
+def _hook(fn: Callable[[str], None]):
+    harness._progress.append(fn)
+    try:
+        yield
+    finally:
+        harness._progress.remove(fn)
+
+
+class _LineProgress:
+    """The slice of tqdm's interface run_many uses, as plain status lines (tqdm not installed)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.done, self.enabled, self.desc = total, 0, enabled, ""
+        self.last = 0.0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def set_description(self, desc: str) -> None:
+        self.desc = desc
+        self._show("started")
+
+    def set_postfix_str(self, status: str, refresh: bool = True) -> None:
+        if time.monotonic() - self.last > 10:  # a line every few seconds, not every round
+            self._show(status)
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+
+    def _show(self, status: str) -> None:
+        self.last = time.monotonic()
+        if self.enabled:
+            print(f"[{self.done + 1}/{self.total}] {self.desc}: {status}", file=sys.stderr,
+                  flush=True)
+
+
+def _progress_bar(total: int, enabled: bool):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _LineProgress(total, enabled)
+    return tqdm(total=total, unit="bench", file=sys.stderr, disable=not enabled,
+                dynamic_ncols=True, leave=False)
