@@ -77,8 +77,14 @@ def select_samples(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> 
     if new.shape != old.shape:
         raise ValueError(f"per-sample selection needs the transform to keep the shape, got "
                          f"{tuple(old.shape)} -> {tuple(new.shape)}")
-    m = mask.to(new.device).view((-1,) + (1,) * (new.ndim - 1))
-    out = torch.where(m, plain(new), plain(old))
+    if torch.compiler.is_compiling() or new.device.type != "cpu":
+        m = mask.to(new.device).view((-1,) + (1,) * (new.ndim - 1))
+        out = torch.where(m, plain(new), plain(old))
+    else:  # CPU torch.where is slow; copy the chosen samples over instead
+        out = plain(old).clone()
+        idx = torch.nonzero(mask.cpu()).flatten()
+        if idx.numel():
+            out.index_copy_(0, idx, plain(new).index_select(0, idx))
     return tv_tensors.wrap(out, like=new) if isinstance(new, tv_tensors.TVTensor) else out
 
 

@@ -5,6 +5,8 @@ Integer images are computed in float32 and converted back by truncation, as torc
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.nn.functional as tF
 
@@ -164,29 +166,67 @@ def _from_unit_float(out, dtype):
     return out.mul(max_value(dtype) + 1.0 - 1e-3).to(dtype)
 
 
+def _mod6(x: torch.Tensor) -> torch.Tensor:
+    return x - 6.0 * torch.floor(x * (1.0 / 6.0))
+
+
+_scratch = threading.local()
+_SCRATCH_LIMIT = 1 << 21  # elements per buffer; larger calls allocate fresh
+
+
+def _workspace(count: int, shape, dtype, device) -> list[torch.Tensor]:
+    """``count`` scratch buffers of ``shape``, reused per thread: fresh large CPU buffers
+    pay a page fault per 4 KiB, which costs more than the arithmetic here."""
+    numel = 1
+    for d in shape:
+        numel *= int(d)
+    if torch.compiler.is_compiling() or device.type != "cpu" or numel > _SCRATCH_LIMIT:
+        return [torch.empty(shape, dtype=dtype, device=device) for _ in range(count)]
+    key = (tuple(shape), dtype)
+    cache = getattr(_scratch, "buffers", None)
+    if cache is None or cache[0] != key or len(cache[1]) < count:
+        cache = (key, [torch.empty(shape, dtype=dtype) for _ in range(count)])
+        _scratch.buffers = cache
+    return cache[1][:count]
+
+
 def _shift_hue(img: torch.Tensor, factor) -> torch.Tensor:
     """RGB in [0, 1] -> hue rotated by ``factor`` turns; torchvision's HSV round trip, fused:
     with v = max and v*s = max - min, channel n is v - v*s*clamp(2 - |k - 2|, 0, 1),
-    k = (n + 6h) mod 6 (n = 5, 3, 1 for r, g, b)."""
+    k = (n + 6h) mod 6 (n = 5, 3, 1 for r, g, b).
+
+    Written as branch-free in-place arithmetic on a few buffers: on CPU ``torch.where``
+    costs ~50x a float op and every fresh large buffer pays its page faults.
+    """
     r, g, b = img.unbind(-3)
-    maxc = torch.maximum(torch.maximum(r, g), b)  # faster than a strided aminmax
-    minc = torch.minimum(torch.minimum(r, g), b)
-    delta = maxc - minc
-    inv = torch.where(delta > 0, delta, 1.0).reciprocal_()
-    # 6h before the 1/delta scaling: g-b on red's sector, b-r+2d on green's, r-g+4d on blue's
-    num = torch.where(maxc == r, g - b,
-                      torch.where(maxc == g, torch.add(b - r, delta, alpha=2.0),
-                                  torch.add(r - g, delta, alpha=4.0)))
+    maxc, delta, is_r, is_g, num, tmp = _workspace(6, r.shape, img.dtype, img.device)
+    torch.maximum(torch.maximum(r, g, out=maxc), b, out=maxc)
+    torch.minimum(torch.minimum(r, g, out=delta), b, out=delta).neg_().add_(maxc)
+    # 1 where the channel holds the maximum, else 0: max - c >= 0, scaled up and capped at 1
+    torch.sub(maxc, r, out=is_r).mul_(1e30).clamp_(max=1.0).neg_().add_(1.0)
+    torch.sub(maxc, g, out=is_g).mul_(1e30).clamp_(max=1.0).neg_().add_(1.0)
+    is_g.addcmul_(is_g, is_r, value=-1.0)
+    # 6h * delta = C + is_r (A - C) + is_g (B - C) with the sector numerators
+    # A = g - b (red max), B = b - r + 2d (green max), C = r - g + 4d (blue max)
+    torch.sub(r, g, out=num).add_(delta, alpha=4.0)
+    torch.mul(g, 2.0, out=tmp).sub_(b).sub_(r).sub_(delta, alpha=4.0)
+    num.addcmul_(is_r, tmp)
+    tmp = torch.add(b, g, out=tmp).sub_(r, alpha=2.0).sub_(delta, alpha=2.0)
+    num.addcmul_(is_g, tmp)
+    inv = torch.clamp(delta, min=1e-12, out=is_r).reciprocal_()  # delta = 0 -> num = 0
     h6 = num.mul_(inv)
     if isinstance(factor, torch.Tensor):
-        h6 = h6.add_(6.0 * factor.view(factor.shape[:1] + (1,) * (h6.ndim - 1)))
+        h6.add_(6.0 * factor.view(factor.shape[:1] + (1,) * (h6.ndim - 1)))
     else:
-        h6 = h6.add_(6.0 * factor)
-    chans = []
-    for n in (5.0, 3.0, 1.0):
-        w = torch.remainder(h6 + n, 6.0).sub_(2.0).abs_().neg_().add_(2.0).clamp_(0.0, 1.0)
-        chans.append(torch.addcmul(maxc, delta, w, value=-1.0))
-    return torch.stack(chans, -3)
+        h6.add_(6.0 * factor)
+    out = torch.empty_like(img)
+    w, fl = is_g, tmp
+    for i, n in enumerate((5.0, 3.0, 1.0)):
+        torch.add(h6, n, out=w)
+        w.sub_(torch.mul(w, 1.0 / 6.0, out=fl).floor_(), alpha=6.0)  # mod 6
+        w.sub_(2.0).abs_().neg_().add_(2.0).clamp_(0.0, 1.0)
+        out.select(-3, i).copy_(maxc).addcmul_(delta, w, value=-1.0)
+    return out
 
 
 def _hue(img, hue_factor):

@@ -61,9 +61,7 @@ def _to_dtype_image(img, dtype=torch.float32, scale=False):
     if src_f:
         return img.mul(max_value(dtype) + 1.0 - 1e-3).to(dtype)
     if dst_f:
-        if dtype == torch.float32:
-            return torch.mul(img, 1.0 / max_value(img.dtype))  # promotes in one pass
-        return img.to(dtype).div_(max_value(img.dtype))
+        return img.to(dtype).mul_(1.0 / max_value(img.dtype))
     src_bits = torch.iinfo(img.dtype).bits - (0 if img.dtype == torch.uint8 else 1)
     dst_bits = torch.iinfo(dtype).bits - (0 if dtype == torch.uint8 else 1)
     if src_bits > dst_bits:
