@@ -135,6 +135,7 @@ def test_grouped_polyphase_equals_dense_strided_conv(orig, new):
                                dense, atol=1e-12, rtol=0)
 
 
+@pytest.mark.filterwarnings("ignore:Dynamo detected a call to a `functools.lru_cache`")
 def test_functional_resample_traces_without_graph_breaks():
     torch._dynamo.reset()
     x = torch.randn(2, 4410)

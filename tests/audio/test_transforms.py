@@ -274,3 +274,27 @@ def test_dynamo_fullgraph_for_random_and_iterative_transforms(tr, kind):
               "codes": T.MuLawEncoding()(x.clamp(-1, 1))}[kind]
     out = torch.compile(tr, backend="eager", fullgraph=True)(inputs)
     assert out.shape == tr(inputs).shape
+
+
+EMBER_COMPILED = [
+    T.Spectrogram(n_fft=256),
+    T.MelSpectrogram(n_fft=256, n_mels=40),
+    T.MFCC(n_mfcc=13, melkwargs=dict(n_fft=256, n_mels=40)),
+    T.Resample(44100, 16000),
+    T.AmplitudeToDB(top_db=80.0),
+    T.Fade(100, 100),
+    T.Preemphasis(),
+    T.MuLawEncoding(),
+]
+
+
+@pytest.mark.parametrize("tr", EMBER_COMPILED, ids=lambda m: type(m).__name__)
+def test_ember_core_compile_matches_eager(tr):
+    import ember.core
+
+    compile_fn = getattr(ember.core, "compile", None)
+    if compile_fn is None:
+        pytest.skip("ember.core.compile is not available")
+    torch._dynamo.reset()
+    x = _wave(2, n=4000)
+    torch.testing.assert_close(compile_fn(tr, fullgraph=True)(x), tr(x), atol=1e-4, rtol=1e-5)

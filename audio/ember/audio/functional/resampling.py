@@ -137,6 +137,10 @@ def apply_sinc_resample_kernel(waveform: Tensor, orig_freq: int, new_freq: int, 
     parts = []
     for p0, p1, start, taps in plan:
         frames = flat[start:].unfold(0, taps, orig)[:rows]  # (rows, taps), a view
+        if torch.compiler.is_compiling():
+            # ember.core.compile mis-reads overlapping strided views passed to extern matmuls
+            # (reported); a compiled graph gets a materialised copy instead
+            frames = frames.contiguous()
         parts.append(torch.mm(frames, kernel[p0:p1, 0, start:start + taps].t()))
     out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)  # (rows, new)
     out = out.reshape(batch, -1)
