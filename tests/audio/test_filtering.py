@@ -119,6 +119,11 @@ def test_fftconvolve_matches_scipy_with_broadcasting(mode):
     x, y = rng.standard_normal((3, 1, 100)), rng.standard_normal((1, 2, 31))
     ours = F.fftconvolve(torch.from_numpy(x), torch.from_numpy(y), mode)
     assert ours.shape[:2] == (3, 2)
+    torch.testing.assert_close(F.convolve(torch.from_numpy(x), torch.from_numpy(y), mode), ours)
+    # "same" keeps the first argument's length even when it is the shorter one
+    short_first = F.convolve(torch.from_numpy(y[0]), torch.from_numpy(x[0]), mode)
+    np.testing.assert_allclose(short_first.numpy(), ss.fftconvolve(y[0], x[0], mode),
+                               atol=1e-10)
     for i in range(3):
         for j in range(2):
             np.testing.assert_allclose(ours[i, j].numpy(),

@@ -19,6 +19,7 @@ __all__ = [
     "bass_biquad",
     "biquad",
     "compute_deltas",
+    "convolve",
     "deemphasis",
     "equalizer_biquad",
     "fftconvolve",
@@ -253,6 +254,37 @@ def fftconvolve(x: Tensor, y: Tensor, mode: str = "full") -> Tensor:
     if mode == "full":
         return out
     target = x.shape[-1] if mode == "same" else abs(x.shape[-1] - y.shape[-1]) + 1
+    start = (n - target) // 2
+    return out[..., start:start + target]
+
+
+def convolve(x: Tensor, y: Tensor, mode: str = "full") -> Tensor:
+    """Direct convolution along the last dim (same results as ``fftconvolve``; faster when
+    one input is short). Leading dims broadcast."""
+    if mode not in _CONVOLVE_MODES:
+        raise ValueError(f"mode must be one of {_CONVOLVE_MODES}, got {mode!r}")
+    if x.ndim < 1 or y.ndim < 1 or x.shape[-1] == 0 or y.shape[-1] == 0:
+        raise ValueError(f"x and y must be non-empty (..., time) tensors, got shapes "
+                         f"{tuple(x.shape)} and {tuple(y.shape)}")
+    try:
+        lead = torch.broadcast_shapes(x.shape[:-1], y.shape[:-1])
+    except RuntimeError as err:
+        raise ValueError(f"leading dims of x {tuple(x.shape)} and y {tuple(y.shape)} "
+                         f"do not broadcast") from err
+    if x.shape[-1] < y.shape[-1]:
+        x, y = y, x  # convolution commutes; slide the shorter one
+        swapped = True
+    else:
+        swapped = False
+    xb = x.expand(lead + x.shape[-1:]).reshape(1, -1, x.shape[-1])
+    yb = y.expand(lead + y.shape[-1:]).reshape(-1, 1, y.shape[-1]).flip(-1)
+    out = F.conv1d(xb, yb, padding=y.shape[-1] - 1, groups=xb.shape[1])
+    out = out.reshape(lead + out.shape[-1:])
+    n = out.shape[-1]
+    if mode == "full":
+        return out
+    first_len = y.shape[-1] if swapped else x.shape[-1]
+    target = first_len if mode == "same" else x.shape[-1] - y.shape[-1] + 1
     start = (n - target) // 2
     return out[..., start:start + target]
 
