@@ -275,3 +275,35 @@ def test_reading_service_arguments_are_checked():
         MultiProcessingReadingService(1, prefetch_factor=0)
     with pytest.raises(ValueError, match="version"):
         DataLoader2(elementwise()).load_state_dict({"nope": 1})
+
+
+CALLS = [0]
+
+
+def count_calls(x):
+    CALLS[0] += 1
+    return x, CALLS[0]
+
+
+def test_workers_persist_across_epochs_and_keep_caches():
+    dp = IterableWrapper(range(8)).sharding_filter().map(count_calls).in_memory_cache()
+    dl = DataLoader2(dp, reading_service=mp(2))
+    first = list(dl)
+    pids = sorted(p.pid for p in psutil.Process().children())
+    second = list(dl)
+    assert sorted(p.pid for p in psutil.Process().children()) == pids
+    assert second == first  # served from each worker's cache: fn was not called again
+    dl.shutdown()
+    assert no_children() == []
+
+
+def test_epoch_cut_short_is_drained_before_the_next():
+    dp = IterableWrapper(range(6)).sharding_filter().map(big_item)
+    dl = DataLoader2(dp, reading_service=mp(2, prefetch_factor=2))
+    it = iter(dl)
+    next(it)
+    time.sleep(0.3)  # let workers fill their slots
+    full = list(dl)  # a new epoch abandons the old one
+    assert [int(g["t"][0, 0]) for g in full] == list(range(6))
+    assert all(np.array_equal(g["a"], np.arange(10_000) + i) for i, g in enumerate(full))
+    dl.shutdown()

@@ -101,28 +101,25 @@ def _describe_exit(code: int | None) -> str:
 
 
 class _Workers:
-    """Backend of worker processes; items arrive through each worker's shared-memory slots."""
+    """Persistent worker processes (kept across epochs); items arrive through each worker's
+    shared-memory slots."""
 
-    def __init__(self, datapipe, seed: int, specs: list[ShardSpec], plan: Plan, epoch) -> None:
-        self.epoch, self.plan = epoch, plan
-        n = min(plan.num_workers, len(specs))
-        if plan.num_workers > len(specs):
-            log.warning("num_workers=%d > %d shards: %d workers stay idle",
-                        plan.num_workers, len(specs), plan.num_workers - len(specs))
+    def __init__(self, datapipe, plan: Plan, n: int, first_seed: int) -> None:
+        self.plan, self.n = plan, n
+        self.epoch = None
+        self.owner: dict[int, int] = {}
         ctx = multiprocessing.get_context(plan.multiprocessing_context)
-        self.owner = {s.local_id: s.local_id % n for s in specs}
         self.procs, self.data, self.cmds, self.sems, self.readers = [], [], [], [], []
-        self.alive = set(range(n))
+        self.alive: set[int] = set()
         self._token = 0
         try:
             for w in range(n):
                 data_r, data_w = ctx.Pipe(duplex=False)
                 cmd_r, cmd_w = ctx.Pipe(duplex=False)
                 sem = ctx.Semaphore(plan.prefetch_factor)
-                mine = [s for s in specs if s.local_id % n == w]
                 proc = ctx.Process(
                     target=worker_loop, name=f"ember-data-worker-{w}", daemon=True,
-                    args=(datapipe, w, n, seed, mine, epoch.cursor, plan.prefetch_factor,
+                    args=(datapipe, w, n, first_seed, plan.prefetch_factor,
                           plan.worker_init_fn, data_w, cmd_r, sem, os.getpid()))
                 try:
                     proc.start()
@@ -141,6 +138,34 @@ class _Workers:
         except BaseException:
             self.close()
             raise
+
+    def start_epoch(self, epoch, seed: int, specs: list[ShardSpec]) -> None:
+        self.epoch = epoch
+        self.owner = {s.local_id: s.local_id % self.n for s in specs}
+        self.alive = set(range(self.n))
+        for w in range(self.n):
+            mine = [s for s in specs if s.local_id % self.n == w]
+            self.cmds[w].send(("epoch", seed, mine, epoch.cursor))
+
+    def abandon(self) -> None:
+        """Drop the current epoch in every worker and drain what they had already sent."""
+        self._token += 1
+        for w in range(self.n):
+            self.cmds[w].send(("reset", self._token))
+        for w in range(self.n):
+            while True:
+                msg = self._recv(w)
+                if msg[0] == "item":
+                    if msg[5] is not None:  # a new slot buffer: the reader must still map it
+                        self.readers[w].slots[msg[4]] = pickle.loads(msg[5])
+                    self.sems[w].release()
+                elif msg[0] == "end":
+                    self.sems[w].release()
+                elif msg[0] == "error":
+                    self._handle(w, msg)
+                elif msg[0] == "reset" and msg[1] == self._token:
+                    break
+        self.epoch = None
 
     def _recv(self, w: int) -> tuple:
         conn, proc = self.data[w], self.procs[w]
@@ -254,7 +279,7 @@ class _Epoch:
     """One pass: L shard streams merged; the checkpointable unit of DataLoader2."""
 
     def __init__(self, datapipe, plan: Plan, seed: int, num_shards: int,
-                 restore: dict | None = None) -> None:
+                 restore: dict | None = None, pool: _Workers | None = None) -> None:
         self.plan, self.seed, self.L = plan, seed, num_shards
         self.cursor = 0
         self.exhausted: set[int] = set()
@@ -269,11 +294,12 @@ class _Epoch:
         num_global = plan.world_size * num_shards
         specs = [ShardSpec(s, plan.rank * num_shards + s, num_global, shard_states.get(s))
                  for s in range(num_shards)]
-        if plan.num_workers > 0:
-            self.backend = _Workers(datapipe, seed, specs, plan, self)
+        self.finished = False
+        if pool is not None:
+            self.backend = pool
+            pool.start_epoch(self, seed, specs)
         else:
             self.backend = _InProcess(datapipe, seed, specs, self)
-        self.finished = False
 
     def _take(self, shard: int):
         if self.pending[shard]:
@@ -318,7 +344,12 @@ class _Epoch:
                 "pending": {s: list(q) for s, q in self.pending.items() if q}}
 
     def close(self) -> None:
-        self.backend.close()
+        """End the epoch; persistent workers are kept (drained if the epoch was cut short)."""
+        if isinstance(self.backend, _Workers):
+            if not self.finished:
+                self.backend.abandon()
+        else:
+            self.backend.close()
 
 
 class DataLoader2Iterator(Iterator):
@@ -362,6 +393,8 @@ class DataLoader2:
         self._resume: dict | None = None
         self._closed = False
         self._warned_no_shard = False
+        self._pool: _Workers | None = None
+        self._pool_key: tuple | None = None
 
     def _plan(self) -> Plan:
         plan = self.reading_service.plan(Plan())
@@ -393,7 +426,8 @@ class DataLoader2:
             if plan.worker_shards is not None and plan.worker_shards != it["num_shards"]:
                 raise ValueError(f"state has {it['num_shards']} shards but the reading "
                                  f"service asks for worker_shards={plan.worker_shards}")
-            self._epoch = _Epoch(self.datapipe, plan, it["seed"], it["num_shards"], it)
+            self._epoch = _Epoch(self.datapipe, plan, it["seed"], it["num_shards"], it,
+                                 self._workers(plan, it["num_shards"], it["seed"]))
         else:
             if self._seed_base is None:
                 self._seed_base = int(torch.empty((), dtype=torch.int64).random_().item())
@@ -402,8 +436,33 @@ class DataLoader2:
                 self._seed_synced = True
             seed = derive_seed(self._seed_base, self._epoch_index)
             self._epoch_index += 1
-            self._epoch = _Epoch(self.datapipe, plan, seed, plan.shards())
+            self._epoch = _Epoch(self.datapipe, plan, seed, plan.shards(), None,
+                                 self._workers(plan, plan.shards(), seed))
         return DataLoader2Iterator(self)
+
+    def _workers(self, plan: Plan, num_shards: int, seed: int) -> _Workers | None:
+        """The persistent worker pool for this plan (restarted when the plan changes)."""
+        if plan.num_workers == 0:
+            self._close_pool()
+            return None
+        n = min(plan.num_workers, num_shards)
+        if plan.num_workers > num_shards:
+            log.warning("num_workers=%d > %d shards: %d workers stay idle",
+                        plan.num_workers, num_shards, plan.num_workers - num_shards)
+        key = (n, plan.prefetch_factor, plan.multiprocessing_context, plan.worker_init_fn,
+               plan.pin_memory, plan.timeout)
+        if self._pool is not None and (self._pool_key != key
+                                       or not all(p.is_alive() for p in self._pool.procs)):
+            self._close_pool()
+        if self._pool is None:
+            self._pool = _Workers(self.datapipe, plan, n, seed)
+            self._pool_key = key
+        return self._pool
+
+    def _close_pool(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            pool.close()
 
     def _next(self):
         if self._epoch is None:
@@ -419,16 +478,25 @@ class DataLoader2:
             if sync(has):
                 return item
             # Another rank ran out: every rank ends this epoch at the same step.
-            self._epoch.finished = True
             raise StopIteration
-        except BaseException:
+        except StopIteration:
             self._end_epoch()
             raise
+        except BaseException:
+            self._end_epoch(failed=True)
+            raise
 
-    def _end_epoch(self) -> None:
+    def _end_epoch(self, failed: bool = False) -> None:
         if self._epoch is not None:
             epoch, self._epoch = self._epoch, None
-            epoch.close()
+            try:
+                if failed and isinstance(epoch.backend, _Workers):
+                    self._close_pool()
+                else:
+                    epoch.close()
+            except BaseException:
+                self._close_pool()
+                raise
 
     def state_dict(self) -> dict:
         """The loader's position: seeds, epoch count and (mid-epoch) every shard's state."""
@@ -452,8 +520,11 @@ class DataLoader2:
         """Stop workers and release the reading service; safe to call twice."""
         if not self._closed:
             self._closed = True
-            self._end_epoch()
-            self.reading_service.finalize()
+            try:
+                self._end_epoch()
+            finally:
+                self._close_pool()
+                self.reading_service.finalize()
 
     def __enter__(self) -> DataLoader2:
         return self
@@ -463,6 +534,7 @@ class DataLoader2:
 
     def __del__(self) -> None:
         try:
-            self._end_epoch()
+            self._end_epoch(failed=True)
+            self._close_pool()
         except Exception:
             pass

@@ -77,58 +77,96 @@ def build_shard_iterator(datapipe, epoch_seed: int, spec: ShardSpec):
     return it
 
 
-def worker_loop(datapipe, worker_id: int, num_workers: int, epoch_seed: int, shards: list,
-                start_shard: int, num_slots: int, worker_init_fn, data_conn, cmd_conn, sem,
-                parent_pid: int) -> None:
-    """Entry point of a worker process."""
+class _Shards:
+    """The shards a worker runs in the current epoch, produced round-robin."""
+
+    def __init__(self, datapipe=None, epoch_seed: int = 0, shards: list | None = None,
+                 start_shard: int = 0) -> None:
+        shards = shards or []
+        self.order = [s.local_id for s in shards]
+        self.done = {s.local_id for s in shards if s.state == "exhausted"}
+        self.iters = {s.local_id: build_shard_iterator(datapipe, epoch_seed, s)
+                      for s in shards if s.state != "exhausted"}
+        later = [s for s in self.order if s >= start_shard]
+        self.pos = self.order.index(later[0]) if later else 0
+
+    def live(self) -> bool:
+        return len(self.done) < len(self.order)
+
+    def next_shard(self) -> int:
+        while self.order[self.pos] in self.done:
+            self.pos = (self.pos + 1) % len(self.order)
+        s = self.order[self.pos]
+        self.pos = (self.pos + 1) % len(self.order)
+        return s
+
+    def states(self) -> dict:
+        return {s: "exhausted" if s in self.done else self.iters[s].state_dict()
+                for s in self.order}
+
+    def close(self) -> None:
+        for it in self.iters.values():
+            try:
+                it.close()
+            except Exception:
+                pass
+        self.iters.clear()
+
+
+def _seed_process(epoch_seed: int, key) -> int:
+    seed = derive_seed(epoch_seed, "worker", key)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    return seed
+
+
+def worker_loop(datapipe, worker_id: int, num_workers: int, first_seed: int, num_slots: int,
+                worker_init_fn, data_conn, cmd_conn, sem, parent_pid: int) -> None:
+    """Entry point of a (persistent) worker process; epochs are started by commands:
+    ``("epoch", seed, shard specs, start shard)``, ``("reset", token)`` drops the current
+    epoch and answers ``("reset", token)``."""
     global _current
     # Objects inherited from the parent are never collected here: freezing them keeps the
     # cyclic GC from walking (and, after fork, copying) the whole inherited heap.
     gc.freeze()
     torch.set_num_threads(1)
-    seed = derive_seed(epoch_seed, "worker", shards[0].global_id if shards else worker_id)
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-    _current = WorkerInfo(worker_id, num_workers, seed, [s.local_id for s in shards])
+    _current = WorkerInfo(worker_id, num_workers, _seed_process(first_seed, worker_id))
     writer = SlotWriter(num_slots)
     send = lambda msg: data_conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
-    iters: dict = {}
-    order = [s.local_id for s in shards]
-    done: set = set()
+    work = _Shards()
+    next_slot = 0
     try:
         if worker_init_fn is not None:
             out = worker_init_fn(datapipe, _current)
             datapipe = datapipe if out is None else out
-        for s in shards:
-            if s.state == "exhausted":
-                done.add(s.local_id)
-            else:
-                iters[s.local_id] = build_shard_iterator(datapipe, epoch_seed, s)
-        later = [s for s in order if s >= start_shard]
-        pos = order.index(later[0]) if later else 0
-        next_slot = 0
         while True:
             while cmd_conn.poll():
                 cmd = cmd_conn.recv()
                 if cmd[0] == "stop":
                     return
-                if cmd[0] == "state":
-                    send(("state", cmd[1], {s: ("exhausted" if s in done else
-                                                iters[s].state_dict()) for s in order}))
-            live = [s for s in order if s not in done]
-            if not live:
+                if cmd[0] == "epoch":
+                    _, seed, shards, start_shard = cmd
+                    work.close()
+                    key = shards[0].global_id if shards else worker_id
+                    _current.seed = _seed_process(seed, key)
+                    _current.shards = [sp.local_id for sp in shards]
+                    work = _Shards(datapipe, seed, shards, start_shard)
+                elif cmd[0] == "reset":
+                    work.close()
+                    work = _Shards()
+                    send(("reset", cmd[1]))
+                elif cmd[0] == "state":
+                    send(("state", cmd[1], work.states()))
+            if not work.live():
                 cmd_conn.poll(_POLL)
             elif sem.acquire(timeout=_POLL):
-                while order[pos] in done:
-                    pos = (pos + 1) % len(order)
-                s = order[pos]
-                pos = (pos + 1) % len(order)
+                s = work.next_shard()
                 try:
-                    item = next(iters[s])
+                    item = next(work.iters[s])
                 except StopIteration:
-                    done.add(s)
-                    iters.pop(s).close()
+                    work.done.add(s)
+                    work.iters.pop(s).close()
                     send(("end", s, -1))
                     continue
                 slot = next_slot
@@ -152,8 +190,4 @@ def worker_loop(datapipe, worker_id: int, num_workers: int, epoch_seed: int, sha
         except (BrokenPipeError, EOFError, OSError):
             return
     finally:
-        for it in iters.values():
-            try:
-                it.close()
-            except Exception:
-                pass
+        work.close()
