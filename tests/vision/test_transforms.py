@@ -239,3 +239,14 @@ def test_chunked_cpu_path_equals_whole_batch(make, monkeypatch):
     torch.manual_seed(4)
     whole = t(x)
     assert torch.allclose(chunked, whole, atol=1e-6)
+
+
+def test_inplace_normalize_on_chunked_batches_writes_into_its_input():
+    x = batch(6, 20, 24).float() / 255
+    ref = (x - 0.5) / 0.25
+    out = T.Normalize([0.5] * 3, [0.25] * 3, inplace=True)(x)
+    assert out.data_ptr() == x.data_ptr() and torch.allclose(out, ref, atol=1e-6)
+    y = batch(6, 20, 24).float() / 255
+    keep = y.clone()
+    T.Normalize([0.5] * 3, [0.25] * 3)(y)
+    assert torch.equal(y, keep)

@@ -168,15 +168,24 @@ def apply_transform(t: Transform, targets: list, params: dict, fn=None) -> list:
         first.extend(fn(_rows(x, slice(0, k)), p0) for x in targets)
 
     per_image_parallel(head, 1)  # single-threaded too: it fixes the output shapes
-    outs = [plain(f).new_empty((n,) + tuple(f.shape[1:])) for f in first]
-    for o, f in zip(outs, first):
-        o[:k] = plain(f)
+    # an in-place transform (e.g. Normalize(inplace=True)) returns its input rows: then the
+    # input is the output and nothing is copied
+    in_place = all(isinstance(f, torch.Tensor) and f.data_ptr() == x.data_ptr()
+                   and f.shape[1:] == x.shape[1:] for f, x in zip(first, targets))
+    if in_place:
+        outs = [plain(x) for x in targets]
+    else:
+        outs = [plain(f).new_empty((n,) + tuple(f.shape[1:])) for f in first]
+        for o, f in zip(outs, first):
+            o[:k] = plain(f)
 
     def one(ci: int) -> None:
         sl = slice(starts[ci + 1], starts[ci + 1] + k)
         p = _slice_params(params, sl, n)
         for j, x in enumerate(targets):
-            outs[j][sl] = plain(fn(_rows(x, sl), p))
+            res = plain(fn(_rows(x, sl), p))
+            if not in_place:
+                outs[j][sl] = res
 
     per_image_parallel(one, len(starts) - 1)
     return [tv_tensors.wrap(o, like=f) if isinstance(f, tv_tensors.TVTensor) else o

@@ -106,8 +106,9 @@ def per_image_parallel(fn: Callable[[int], None], n: int) -> None:
     if n <= 0:
         return
     prev = torch.get_num_threads()
-    if torch.compiler.is_compiling():
-        for i in range(n):
+    if torch.compiler.is_compiling() or threading.current_thread().name.startswith(
+            "ember-vision"):
+        for i in range(n):  # traced, or already on a pool thread (nesting would deadlock)
             fn(i)
         return
     workers = max(1, min(prev, n))
