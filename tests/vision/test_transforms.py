@@ -250,3 +250,22 @@ def test_inplace_normalize_on_chunked_batches_writes_into_its_input():
     keep = y.clone()
     T.Normalize([0.5] * 3, [0.25] * 3)(y)
     assert torch.equal(y, keep)
+
+
+def test_chunked_resize_and_crop_with_boxes_equal_whole_batch(monkeypatch):
+    import ember.vision.transforms._transform as base
+
+    sample = rect_sample(n=7)
+    monkeypatch.setattr(base, "_CHUNK_BYTES", 3 * 32 * 40 * 4 * 2)
+    for make in (lambda: T.Resize([20, 30]), lambda: T.RandomCrop(24, per_sample=True)):
+        t = make()
+        torch.manual_seed(2)
+        chunked = t(sample)
+        monkeypatch.setattr(type(t), "chunkable", False)
+        torch.manual_seed(2)
+        whole = t(sample)
+        monkeypatch.setattr(type(t), "chunkable", True)
+        for key in ("image", "mask", "boxes"):
+            assert type(chunked[key]) is type(whole[key])
+            assert torch.equal(chunked[key], whole[key]), key
+        assert chunked["boxes"].canvas_size == whole["boxes"].canvas_size

@@ -52,6 +52,8 @@ class RandomVerticalFlip(RandomTransform):
 class Resize(Transform):
     """Resize to ``size``: [h, w], or the shorter edge; antialiased bilinear by default."""
 
+    chunkable = True
+
     def __init__(self, size, interpolation=InterpolationMode.BILINEAR, max_size=None,
                  antialias: bool = True) -> None:
         super().__init__()
@@ -112,6 +114,8 @@ class Pad(Transform):
 
 class RandomCrop(Transform):
     """A random ``size`` window, after optional padding; ``per_sample`` draws one per image."""
+
+    chunkable = True
 
     def __init__(self, size, padding=None, pad_if_needed: bool = False, fill=0,
                  padding_mode: str = "constant", per_sample: bool = False) -> None:
