@@ -178,7 +178,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.
 
     def unit(_worker, u):
         h0, h1, i0, i1 = u
-        acc = row_lse = None
+        parts, lses = [], []
         for j0, j1 in t.key_blocks(i1):
             s = t.scores(h0, h1, i0, i1, j0, j1)
             tile_max = s.amax(dim=-1, keepdim=True)
@@ -186,22 +186,23 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.
             del s
             # lse of the tile = max - log(max p); rows with every key masked get -inf and 0.
             dead = tile_max == _NEG_INF
-            tile_lse = (tile_max - torch.log(p.amax(dim=-1, keepdim=True))).masked_fill_(
-                dead, _NEG_INF)
+            lses.append((tile_max - torch.log(p.amax(dim=-1, keepdim=True))).masked_fill_(
+                dead, _NEG_INF))
             keep = t.dropout(h0, h1, i0, i1, j0, j1)
             if keep is not None:
                 p.mul_(keep)
-            part = torch.bmm(p, t.v[h0:h1, j0:j1]).masked_fill_(dead, 0.0)
-            if acc is None:
-                acc, row_lse = part, tile_lse
-                continue
-            new_lse = torch.logaddexp(row_lse, tile_lse)
-            safe = _finite_or(new_lse, 0.0)
-            acc = acc.mul_(torch.exp(row_lse - safe)).add_(part.mul_(torch.exp(tile_lse - safe)))
-            row_lse = new_lse
-        if acc is not None:
-            out[h0:h1, i0:i1] = acc
-            lse[h0:h1, i0:i1] = row_lse
+            parts.append(torch.bmm(p, t.v[h0:h1, j0:j1]).masked_fill_(dead, 0.0))
+        if not parts:
+            return
+        if len(parts) == 1:
+            out[h0:h1, i0:i1], lse[h0:h1, i0:i1] = parts[0], lses[0]
+            return
+        # Online softmax, merged once per unit: weight each tile by exp(lse_tile - lse).
+        tile_lse = torch.stack(lses)
+        row_lse = torch.logsumexp(tile_lse, dim=0)
+        weights = torch.exp(tile_lse - _finite_or(row_lse, 0.0))
+        out[h0:h1, i0:i1] = (torch.stack(parts) * weights).sum(0)
+        lse[h0:h1, i0:i1] = row_lse
 
     _run(t.units(), unit, t.device, t.spread)
     return (out.view(n, h, t.length_q, value_dim).to(q.dtype),
