@@ -25,7 +25,7 @@ __all__ = [
 
 WindowFn = Callable[..., Tensor]
 
-_CHUNK_SAMPLES = 1 << 18  # MelSpectrogram works through long batches this many samples at once
+_CHUNK_SAMPLES = 1 << 19  # MelSpectrogram works through long batches this many samples at once
 
 
 def _frame_args(n_fft: int, win_length: int | None, hop_length: int | None) -> tuple[int, int]:

@@ -119,7 +119,8 @@ def _load_rows(n: int, seconds: float, rounds: int) -> tuple[list[list], str]:
             return [sf.read(p, dtype="float32", always_2d=True) for p in paths]
 
         assert all(np.array_equal(a[0].numpy(), b[0].T) for a, b in zip(ours(), peer()))
-        t = compare_timings({"ember": ours, "soundfile": peer}, rounds=rounds, min_seconds=0.2)
+        t = compare_timings({"ember": ours, "soundfile": peer}, rounds=3 * rounds,
+                            min_seconds=0.3)
     task = f"load {n} WAV files (16-bit, {seconds:g} s, 16 kHz)"
     overhead = t["ember"] / t["soundfile"] - 1
     rows = [[task, "ember.audio.load", t["ember"] * 1e3, t["soundfile"] / t["ember"],
