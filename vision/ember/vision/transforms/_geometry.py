@@ -187,6 +187,8 @@ def resized_crop_params(h: int, w: int, scale, ratio, n: int, device) -> tuple[t
 class RandomResizedCrop(Transform):
     """A random window of random area and aspect ratio, resized to ``size``."""
 
+    chunkable = True
+
     def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),
                  interpolation=InterpolationMode.BILINEAR, antialias: bool = True,
                  per_sample: bool = False) -> None:

@@ -319,9 +319,12 @@ def _resized_crop_image(img, top, left, height, width, size,
     params = [torch.as_tensor(v, device=img.device).expand(n) for v in (top, left, height, width)]
     if mode in (InterpolationMode.NEAREST, InterpolationMode.NEAREST_EXACT):
         return _resized_crop_nearest(img, *params, oh, ow)
-    if img.dtype == torch.uint8 and img.device.type == "cpu" and mode == InterpolationMode.BILINEAR:
-        # torch's fixed-point channels-last CPU kernel (Pillow's algorithm) beats dense
-        # weights here: one call per window, the parameters are already drawn
+    cpu_kernel = img.device.type == "cpu" and not torch.compiler.is_compiling() and (
+        mode == InterpolationMode.BILINEAR if img.dtype == torch.uint8
+        else img.dtype in (torch.float32, torch.float64))
+    if cpu_kernel:
+        # torch's CPU kernels (for uint8 bilinear, Pillow's fixed-point algorithm) beat
+        # dense weights here: one call per window, the parameters are already drawn
         t, lf, hh, ww = (p.tolist() for p in params)
         flat = img.reshape((n, -1) + tuple(img.shape[-3:]))
         out = img.new_empty(flat.shape[:-2] + (oh, ow))
@@ -329,7 +332,7 @@ def _resized_crop_image(img, top, left, height, width, size,
         def one(i: int) -> None:
             win = flat[i, :, :, t[i]:t[i] + hh[i], lf[i]:lf[i] + ww[i]]
             win = win.contiguous(memory_format=torch.channels_last)
-            out[i] = tF.interpolate(win, size=(oh, ow), mode="bilinear", align_corners=False,
+            out[i] = tF.interpolate(win, size=(oh, ow), mode=mode.value, align_corners=False,
                                     antialias=bool(antialias))
 
         per_image_parallel(one, n)
