@@ -56,6 +56,9 @@ EXTERN_OPS = {
     aten._scaled_dot_product_flash_attention_for_cpu_backward, aten.randint, aten.randperm,
 }
 LOWERINGS: dict = {}
+# Prims worth storing rather than recomputing when a value has several readers.
+_COSTLY = {"exp", "exp2", "expm1", "log", "log1p", "log2", "tanh", "erf", "erfc", "sigmoid",
+           "pow", "sin", "cos", "tan", "atan2"}
 
 
 def register(*ops):
@@ -475,9 +478,41 @@ def _view(ctx, x, *_shape):
             it = iter([ik for ik, s in zip(i, size) if s != 1])
             return x.load([sympy.Integer(0) if s == 1 else next(it) for s in x.size])
         return Lazy(x.dtype, size, fn)
-    if not (isinstance(x, StridedView) and x.is_contiguous()):
-        x = ctx.graph.realize(_copy_lazy(x))
+    if isinstance(x, StridedView):
+        if x.is_contiguous():
+            return StridedView(x.buf, size, contiguous_strides(size), x.offset)
+        stride = _view_strides(x.size, x.stride, size)
+        if stride is not None:
+            return StridedView(x.buf, size, stride, x.offset)
+    x = ctx.graph.realize(_copy_lazy(x))
     return StridedView(x.buf, size, contiguous_strides(size), x.offset)
+
+
+def _view_strides(old: list, old_stride: list, new: list) -> list | None:
+    """Strides viewing (old, old_stride) as ``new`` without a copy, or None (static sizes)."""
+    if not all(sympy.sympify(v).is_Integer for v in [*old, *old_stride, *new]):
+        return None
+    old, old_stride, new = ([int(v) for v in vs] for vs in (old, old_stride, new))
+    if not old or 0 in old:
+        return None
+    out = [0] * len(new)
+    view_d = len(new) - 1
+    base = old_stride[-1]
+    tensor_n = view_n = 1
+    for d in range(len(old) - 1, -1, -1):
+        tensor_n *= old[d]
+        if d == 0 or (old[d - 1] != 1 and old_stride[d - 1] != tensor_n * base):
+            while view_d >= 0 and (view_n < tensor_n or new[view_d] == 1):
+                out[view_d] = view_n * base
+                view_n *= new[view_d]
+                view_d -= 1
+            if view_n != tensor_n:
+                return None
+            if d > 0:
+                base, tensor_n, view_n = old_stride[d - 1], 1, 1
+    if view_d != -1:
+        return None
+    return [sympy.Integer(v) for v in out]
 
 
 def _copy_lazy(x: TensorValue) -> Lazy:
@@ -714,7 +749,8 @@ class GraphLowering:
             users = len(node.users)
             e = out.fn(ir.index_vars("x", len(out.size)))
             ops = ir.op_count(e)
-            if ops > 64 or (users > 1 and (ops > 3 or users > 3)):
+            costly = any(x[0] == "op" and x[2] in _COSTLY for x in ir.walk(e))
+            if ops > 64 or (users > 1 and (ops > 3 or users > 3 or costly)):
                 self.realize(out)
         return out
 

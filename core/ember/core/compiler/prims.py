@@ -86,6 +86,22 @@ REDUCTIONS: dict[str, tuple[str, float]] = {
     "any": ("|", 0),
 }
 
+# glibc's libmvec has SIMD versions of these; declaring them lets `omp simd` loops call
+# them (glibc only declares them under -ffast-math, which would break NaN semantics).
+MVEC_UNARY = ("acos acosh asin asinh atan atanh cbrt cos cosh erfc erf exp10 exp2 exp expm1 "
+              "log10 log1p log2 log sin sinh tan tanh").split()
+MVEC_BINARY = ("atan2", "pow")
+
+
+def mvec_declarations() -> str:
+    lines = ['extern "C" {', '#define E_SIMD __attribute__((__simd__("notinbranch")))']
+    for f in MVEC_UNARY:
+        lines.append(f"E_SIMD float {f}f(float); E_SIMD double {f}(double);")
+    for f in MVEC_BINARY:
+        lines.append(f"E_SIMD float {f}f(float, float); E_SIMD double {f}(double, double);")
+    return "\n".join(lines + ["}"]) + "\n"
+
+
 # Helpers every translation unit starts with (NaN-propagating min/max, Python remainder,
 # bfloat16 conversions); kept tiny because g++ time is the cold-compile budget.
 CPP_PRELUDE = r"""

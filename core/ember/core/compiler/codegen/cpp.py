@@ -13,7 +13,7 @@ import sympy
 import torch
 
 from ember.core.compiler import ir
-from ember.core.compiler.prims import CPP_PRELUDE, PRIMS, REDUCTIONS
+from ember.core.compiler.prims import CPP_PRELUDE, PRIMS, REDUCTIONS, mvec_declarations
 from ember.core.compiler.schedule import Kernel
 
 CTYPES = {
@@ -225,7 +225,7 @@ def _emit_stage(body: _Body, st, buffers, stored, inner_parallel: bool, cond: st
         body.line(f"{ctype(dt)} {it.var} = {_init(it.node.rtype, dt)};")
         clauses.append(f"reduction({REDUCTIONS[it.node.rtype][0]}:{it.var})")
         if it.node.rtype in ("max", "min") and dt.is_floating_point:
-            body.line(f"bool {it.var}_nan = false;")
+            body.line(f"int {it.var}_nan = 0;")
             clauses.append(f"reduction(|:{it.var}_nan)")
     red = (" " + " ".join(clauses)) if clauses else ""
     rs = ir.index_vars("r", len(st.rsizes))
@@ -273,4 +273,7 @@ def _flat_outer(n: int, size) -> object:
 
 
 def translation_unit(kernels: list[str]) -> str:
-    return CPP_PRELUDE + "\n" + "\n".join(kernels)
+    from ember.core.compiler.runtime.build import has_libmvec
+
+    mvec = mvec_declarations() if has_libmvec() else ""
+    return CPP_PRELUDE + mvec + "\n" + "\n".join(kernels)

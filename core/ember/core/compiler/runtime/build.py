@@ -7,6 +7,7 @@ cache (no compiler run), else built. A cache entry that fails to load is rebuilt
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import functools
 import os
 import shutil
@@ -20,6 +21,12 @@ log = get_logger("cache")
 codegen_log = get_logger("codegen")
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno",
          "-w", "-std=c++17"]
+
+
+@functools.lru_cache(maxsize=1)
+def has_libmvec() -> bool:
+    """glibc's vector math library (SIMD exp/log/tanh/erf...) is available to link."""
+    return ctypes.util.find_library("mvec") is not None
 _loaded: dict[str, ctypes.CDLL] = {}
 builds = 0  # number of compiler runs in this process (tests count them)
 
@@ -45,7 +52,9 @@ def _build(source: str, target) -> None:
         so = os.path.join(tmp, "k.so")
         with open(src, "w") as f:
             f.write(source)
-        proc = subprocess.run([cxx, *FLAGS, src, "-o", so], capture_output=True, text=True)
+        libs = ["-lmvec"] if has_libmvec() else []
+        proc = subprocess.run([cxx, *FLAGS, src, "-o", so, *libs], capture_output=True,
+                              text=True)
         builds += 1
         if proc.returncode != 0:
             raise BuildError(f"{cxx} failed:\n{proc.stderr[-4000:]}")
@@ -54,7 +63,7 @@ def _build(source: str, target) -> None:
 
 def load(source: str) -> ctypes.CDLL:
     cxx, version = compiler()
-    k = cache.key(source, " ".join(FLAGS), cxx, version)
+    k = cache.key(source, " ".join(FLAGS), cxx, version, str(has_libmvec()))
     if k in _loaded:
         return _loaded[k]
     target = cache.entry(k, ".so")
