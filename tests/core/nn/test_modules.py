@@ -149,3 +149,16 @@ def test_encoder_layer_matches_torch(norm_first, activation, batch_first):
     theirs.eval()
     with torch.no_grad():
         torch.testing.assert_close(ours(src), theirs(src2))
+
+
+def test_encoder_layer_compiles_without_graph_breaks():
+    layer = TransformerEncoderLayer(E, H, dim_feedforward=32, dropout=0.1, batch_first=True)
+    x = torch.randn(2, 7, E)
+    kpm = torch.zeros(2, 7, dtype=torch.bool)
+    kpm[0, -2:] = True
+    assert torch._dynamo.explain(layer)(x, src_key_padding_mask=kpm).graph_break_count == 0
+    layer.eval()
+    compiled = torch.compile(layer, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x, src_key_padding_mask=kpm),
+                               layer(x, src_key_padding_mask=kpm))
+    torch._dynamo.reset()
