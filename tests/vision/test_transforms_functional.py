@@ -225,6 +225,24 @@ def test_affine_translate_rotate_matches_pillow():
     assert max_diff(out, ref) <= 1
 
 
+def test_affine_scale_rotate_translate_matches_pillow_transform():
+    """Forward map built here from the definition: translate(c + t) . scale . rotate . (-c)."""
+    import math
+
+    x = smooth_image(30, 40, seed=13)
+    angle, (tx, ty), s = 15.0, (2, -3), 1.2
+    cx, cy = 20.0, 15.0
+    th = math.radians(angle)
+    rot = np.array([[s * math.cos(th), -s * math.sin(th), 0], [s * math.sin(th),
+                    s * math.cos(th), 0], [0, 0, 1]])
+    shift = lambda a, b: np.array([[1, 0, a], [0, 1, b], [0, 0, 1]], dtype=float)
+    inv = np.linalg.inv(shift(cx + tx, cy + ty) @ rot @ shift(-cx, -cy))
+    ref = from_pil(to_pil(x).transform((40, 30), PILImage.AFFINE, inv[:2].flatten().tolist(),
+                                       PILImage.BILINEAR))
+    out = F.affine(x, angle, [tx, ty], s, [0.0, 0.0], interpolation="bilinear")
+    assert max_diff(out, ref) <= 1
+
+
 def test_perspective_matches_pillow():
     x = smooth_image(30, 40, seed=8)
     start = [[0, 0], [39, 0], [39, 29], [0, 29]]
