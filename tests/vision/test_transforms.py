@@ -269,3 +269,29 @@ def test_chunked_resize_and_crop_with_boxes_equal_whole_batch(monkeypatch):
             assert type(chunked[key]) is type(whole[key])
             assert torch.equal(chunked[key], whole[key]), key
         assert chunked["boxes"].canvas_size == whole["boxes"].canvas_size
+
+
+def test_every_transform_pickles_and_reprs():
+    every = [T.Compose([T.Resize(8)]), T.RandomApply([T.Grayscale()], p=0.3),
+             T.RandomChoice([T.Resize(8), T.CenterCrop(4)]), T.RandomOrder([T.Resize(8)]),
+             T.Resize([8, 9]), T.CenterCrop(4), T.RandomCrop(4), T.RandomResizedCrop(5),
+             T.FiveCrop(3), T.Pad([1, 2]), T.RandomHorizontalFlip(), T.RandomVerticalFlip(),
+             T.RandomRotation(10), T.RandomAffine(5), T.RandomPerspective(), T.ColorJitter(0.1),
+             T.Grayscale(), T.RandomGrayscale(), T.GaussianBlur(3), T.Normalize([0.5], [0.5]),
+             T.ToDtype(torch.float32), T.RandomErasing(), T.AutoAugment(), T.RandAugment(),
+             T.TrivialAugmentWide(), T.MixUp(num_classes=3), T.CutMix(num_classes=3),
+             T.ConvertBoundingBoxFormat("XYWH"), T.ClampBoundingBoxes(),
+             T.SanitizeBoundingBoxes()]
+    names = {type(t).__name__ for t in every}
+    assert names == set(T.__all__) - {"functional", "Transform", "InterpolationMode",
+                                      "AutoAugmentPolicy"}
+    x = batch(2, 16, 16)
+    for t in every:
+        back = pickle.loads(pickle.dumps(t))
+        assert type(back) is type(t) and repr(back) == repr(t)
+        if isinstance(t, (T.MixUp, T.CutMix, T.SanitizeBoundingBoxes, T.Normalize)):
+            continue
+        torch.manual_seed(0)
+        a = t(x)
+        torch.manual_seed(0)
+        assert str(back(x)) == str(a)  # same draws, same output
