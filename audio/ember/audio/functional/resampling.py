@@ -1,7 +1,8 @@
 """Band-limited resampling by windowed-sinc interpolation (torchaudio's ``resample``).
 
 The polyphase kernel for a rate pair is built once (float64, then cast) and cached per
-(rates, filter settings, dtype, device); applying it is one strided ``conv1d``.
+(rates, filter settings, dtype, device). Applying it equals torchaudio's strided ``conv1d``
+but runs as a few GEMMs over strided windows that skip the kernel's zero taps.
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ import math
 import torch
 from torch import Tensor
 
+from ember.core.logs import get_logger
+
 __all__ = ["apply_sinc_resample_kernel", "polyphase_plan", "resample", "sinc_resample_kernel"]
 
 _METHODS = ("sinc_interp_hann", "sinc_interp_kaiser")
 _KAISER_BETA = 14.769656459379492  # torchaudio's default: ~ -120 dB stopband
+_log = get_logger("audio")
 
 
 def _check_rates(orig_freq, new_freq) -> tuple[int, int]:
@@ -47,6 +51,9 @@ def _kernel_cached(orig: int, new: int, lowpass_filter_width: int, rolloff: floa
     t = t * math.pi
     sinc = torch.where(t == 0, torch.ones_like(t), torch.sin(t) / torch.where(t == 0, 1.0, t))
     kernel = sinc * window * (base_freq / orig)
+    if not torch.compiler.is_compiling():  # a logging call would break the traced graph
+        _log.debug("resample kernel %d -> %d (%s, width %d): %d phases x %d taps on %s",
+                   orig, new, method, lowpass_filter_width, new, kernel.shape[-1], device)
     return kernel.unsqueeze(1).to(dtype=dtype, device=device), width
 
 
