@@ -127,6 +127,20 @@ def test_ogg_vorbis_round_trip_is_close(tmp_path):
     assert (y - x).pow(2).mean().sqrt() < 0.02  # lossy codec: close, not exact
 
 
+@pytest.mark.parametrize("ext,encoding", [("opus", "OPUS"), ("mp3", "MP3")])
+def test_other_lossy_codecs(tmp_path, ext, encoding):
+    t = torch.arange(48000) / 48000
+    x = (0.5 * torch.sin(2 * torch.pi * 440 * t))[None]
+    save(tmp_path / f"a.{ext}", x, 48000)
+    meta = info(tmp_path / f"a.{ext}")
+    assert meta.encoding == encoding and meta.sample_rate == 48000
+    y, _ = load(tmp_path / f"a.{ext}")
+    n = min(y.shape[1], x.shape[1])
+    assert abs(n - 48000) < 2048  # codec priming/padding frames
+    spectrum = torch.fft.rfft(y[0, :n]).abs()
+    assert spectrum.argmax().item() == pytest.approx(440 * n / 48000, abs=2)
+
+
 def test_file_objects(tmp_path):
     x = _grid_signal(16, channels=1, frames=256)
     buf = io.BytesIO()

@@ -157,6 +157,10 @@ def _subtype(fmt: str, encoding: str | None, bits: int | None, dtype: torch.dtyp
         if bits not in (8, 16, 24):
             raise ValueError(f"bits_per_sample for FLAC must be 8, 16 or 24, got {bits}")
         return "PCM_S8" if bits == 8 else f"PCM_{bits}"
+    if fmt == "MP3":
+        if enc not in (None, "MP3"):
+            raise ValueError(f"encoding for MP3 must be 'MP3', got {encoding!r}")
+        return "MPEG_LAYER_III"
     if fmt == "OGG":
         if enc not in (None, "VORBIS", "OPUS"):
             raise ValueError(f"encoding for OGG must be 'VORBIS' or 'OPUS', got {encoding!r}")
