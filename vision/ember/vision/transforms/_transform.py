@@ -168,6 +168,8 @@ def apply_transform(t: Transform, targets: list, params: dict, fn=None) -> list:
         first.extend(fn(_rows(x, slice(0, k)), p0) for x in targets)
 
     per_image_parallel(head, 1)  # single-threaded too: it fixes the output shapes
+    if len(starts) == 1:
+        return first
     # an in-place transform (e.g. Normalize(inplace=True)) returns its input rows: then the
     # input is the output and nothing is copied
     in_place = all(isinstance(f, torch.Tensor) and f.data_ptr() == x.data_ptr()

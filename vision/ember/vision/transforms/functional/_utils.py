@@ -112,6 +112,12 @@ def per_image_parallel(fn: Callable[[int], None], n: int) -> None:
             fn(i)
         return
     workers = max(1, min(prev, n))
+    if workers == 1:  # one piece of work: no hand-off to a pool thread
+        try:
+            _single_thread_run(fn, range(n))
+        finally:
+            torch.set_num_threads(prev)
+        return
     with _pool_lock:
         if _pool is None or _pool._max_workers < workers:
             _pool = ThreadPoolExecutor(max(workers, prev), thread_name_prefix="ember-vision")
