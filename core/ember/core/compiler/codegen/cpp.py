@@ -92,6 +92,7 @@ class _Body:
         self.depth = 1
         self.count = 0
         self.bufs = kernel_bufs
+        self.names: dict[str, str] = {}  # variable -> how to reference it (accumulator slots)
 
     def line(self, s: str) -> None:
         self.lines.append("  " * self.depth + s)
@@ -113,7 +114,7 @@ class _Body:
         if kind == "const":
             return literal(e[2], dt)
         if kind == "var":
-            return e[2]
+            return self.names.get(e[2], e[2])
         if kind == "load":
             store = self.bufs[e[2]].dtype
             ref = f"{e[2]}[{index_str(e[3])}]"
@@ -196,6 +197,11 @@ def kernel_source(k: Kernel, buffers: dict) -> tuple[str, list]:
     cond = "" if static_work is not None else f" if({index_str(work)} >= {PARALLEL_MIN_WORK})"
     par = static_work is None or static_work >= PARALLEL_MIN_WORK
     outer_parallel = bool(k.outer) and par and _static(outer_n) != 1
+    if _column_major(k):
+        _emit_column(body, k, buffers, cond if par else None)
+        src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + \
+            "\n}\n"
+        return src, [("buf", b) for b in bufs] + [("sym", s) for s in syms]
     saved_outer = []
     if k.outer:
         if outer_parallel:
@@ -209,6 +215,102 @@ def kernel_source(k: Kernel, buffers: dict) -> tuple[str, list]:
         body.close(saved)
     src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + "\n}\n"
     return src, [("buf", b) for b in bufs] + [("sym", s) for s in syms]
+
+
+COLUMN_BLOCK = 64
+
+
+def _unit(e, v) -> bool:
+    return sympy.diff(sympy.expand(e), v) == 1
+
+
+def _column_major(k: Kernel) -> bool:
+    """Reduce across rows (e.g. sum over dim 0): memory is contiguous along the innermost
+    outer index, not along the reduction index, so loop over a block of outputs innermost."""
+    if not k.outer or not any(it.kind == "reduce" for st in k.stages for it in st.items):
+        return False
+    x_last = ir.index_vars("x", len(k.outer))[-1]
+    along_x = along_r = 0
+    for st in k.stages:
+        if st.kind != "loop" or not st.rsizes:
+            continue
+        r_last = ir.index_vars("r", len(st.rsizes))[-1]
+        for it in st.items:
+            for ld in ir.walk(it.expr):
+                if ld[0] == "load":
+                    along_r += _unit(ld[3], r_last)
+                    along_x += _unit(ld[3], x_last)
+    return along_x > 0 and along_r == 0
+
+
+def _emit_column(body: _Body, k: Kernel, buffers, cond: str | None) -> None:
+    """Outer loops, then blocks of COLUMN_BLOCK outputs with per-output accumulator arrays;
+    every stage runs its inner loops outside a SIMD loop over the block."""
+    xs = ir.index_vars("x", len(k.outer))
+    xl, last = xs[-1], index_str(k.outer[-1])
+    saved = []
+    if cond is not None:
+        body.line(f"#pragma omp parallel for collapse({len(k.outer)}){cond}")
+    for x, sz in zip(xs[:-1], k.outer[:-1]):
+        saved.append(body.open(f"for (int64_t {x} = 0; {x} < {index_str(sz)}; ++{x})"))
+    saved.append(body.open(f"for (int64_t xb = 0; xb < {last}; xb += {COLUMN_BLOCK})"))
+    body.line(f"const int64_t xe = (xb + {COLUMN_BLOCK} < {last}) ? xb + {COLUMN_BLOCK} : {last};")
+    slot = f"[{xl} - xb]"
+    reds = [it for st in k.stages for it in st.items if it.kind == "reduce"]
+    for it in reds:
+        dt = it.node.acc_dtype
+        body.line(f"{ctype(dt)} {it.var}[{COLUMN_BLOCK}];")
+        body.line(f"int {it.var}_nan[{COLUMN_BLOCK}];")
+        body.line(f"for (int64_t {xl} = xb; {xl} < xe; ++{xl}) {{ {it.var}{slot} = "
+                  f"{_init(it.node.rtype, dt)}; {it.var}_nan{slot} = 0; }}")
+        body.names[it.var] = f"{it.var}{slot}"
+    xloop = f"for (int64_t {xl} = xb; {xl} < xe; ++{xl})"
+    for st in k.stages:
+        rs = ir.index_vars("r", len(st.rsizes)) if st.kind == "loop" else []
+        inner = [body.open(f"for (int64_t {r} = 0; {r} < {index_str(sz)}; ++{r})")
+                 for r, sz in zip(rs, st.rsizes)]
+        body.line("#pragma omp simd")
+        inner.append(body.open(xloop))
+        for it in st.items:
+            v = body.expr(it.expr)
+            if it.kind == "store":
+                if it.node.buf.name in k.stored:
+                    body.line(_store(it.node.buf, it.index, v))
+                continue
+            acc = body.names[it.var]
+            _update(body, it, acc, v)
+        for sv in reversed(inner):
+            body.close(sv)
+        done = [it for it in st.items if it.kind == "reduce"]
+        if done:
+            sv = body.open(xloop)
+            for it in done:
+                acc = body.names[it.var]
+                if it.node.rtype in ("max", "min") and it.node.acc_dtype.is_floating_point:
+                    body.line(f"if ({it.var}_nan{slot}) {acc} = "
+                              f"static_cast<{ctype(it.node.acc_dtype)}>(NAN);")
+                if it.node.buf.name in k.stored:
+                    flat = _flat_outer(len(it.node.buf.size), it.node.buf.size)
+                    body.line(_store(it.node.buf, flat, acc))
+            body.close(sv)
+    for sv in reversed(saved):
+        body.close(sv)
+
+
+def _update(body: _Body, it, acc: str, v: str) -> None:
+    rtype = it.node.rtype
+    if rtype == "sum":
+        body.line(f"{acc} += {v};")
+    elif rtype == "prod":
+        body.line(f"{acc} *= {v};")
+    elif rtype == "any":
+        body.line(f"{acc} = {acc} | {v};")
+    else:
+        cmp = ">" if rtype == "max" else "<"
+        body.line(f"{acc} = ({v} {cmp} {acc}) ? {v} : {acc};")
+        if it.node.acc_dtype.is_floating_point:
+            nan = acc.replace(it.var, it.var + "_nan", 1)
+            body.line(f"{nan} |= ({v} != {v});")
 
 
 def _emit_stage(body: _Body, st, buffers, stored, inner_parallel: bool, cond: str) -> None:
@@ -244,18 +346,7 @@ def _emit_stage(body: _Body, st, buffers, stored, inner_parallel: bool, cond: st
             if it.node.buf.name in stored:
                 body.line(_store(it.node.buf, it.index, v))
             continue
-        rtype, acc = it.node.rtype, it.var
-        if rtype == "sum":
-            body.line(f"{acc} += {v};")
-        elif rtype == "prod":
-            body.line(f"{acc} *= {v};")
-        elif rtype == "any":
-            body.line(f"{acc} = {acc} | {v};")
-        else:
-            cmp = ">" if rtype == "max" else "<"
-            body.line(f"{acc} = ({v} {cmp} {acc}) ? {v} : {acc};")
-            if it.node.acc_dtype.is_floating_point:
-                body.line(f"{acc}_nan |= ({v} != {v});")
+        _update(body, it, it.var, v)
     for s in reversed(saved):
         body.close(s)
     for it in reds:
