@@ -295,3 +295,14 @@ def test_every_transform_pickles_and_reprs():
         a = t(x)
         torch.manual_seed(0)
         assert str(back(x)) == str(a)  # same draws, same output
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_per_sample_on_videos_shares_parameters_across_frames(name):
+    torch.manual_seed(0)
+    frames = batch(2, 24, 32).unsqueeze(1).expand(2, 3, 3, 24, 32).clone()
+    out = ALL[name](True)(tv.Video(frames))
+    assert type(out) is tv.Video and out.shape[:3] == (2, 3, 3)
+    for i in range(2):
+        for k in (1, 2):
+            assert torch.equal(out[i, 0], out[i, k])

@@ -114,8 +114,13 @@ def _gaussian_blur_image(img, kernel_size, sigma=None):
     sy_t = torch.as_tensor(sy, dtype=torch.float32, device=dev).reshape(-1)
     if bool((sx_t <= 0).any()) or bool((sy_t <= 0).any()):
         raise ValueError(f"sigma must be positive, got {sigma!r}")
-    if is_batched_param(sx, sy) and sx_t.numel() != n:
-        raise ValueError(f"per-sample sigma must have {n} values, got {sx_t.numel()}")
+    if is_batched_param(sx, sy):
+        lead = img.shape[0] if img.ndim > 3 else 1
+        if sx_t.numel() != lead or sy_t.numel() != lead:
+            raise ValueError(f"per-sample sigma must have {lead} values (dim 0 of the input), "
+                             f"got {sx_t.numel()}")
+        # every frame / inner image of a sample shares its sigma
+        sx_t, sy_t = sx_t.repeat_interleave(n // lead), sy_t.repeat_interleave(n // lead)
     wx = _gaussian_kernels(kx, sx_t).expand(n, kx).repeat_interleave(c, 0)
     wy = _gaussian_kernels(ky, sy_t).expand(n, ky).repeat_interleave(c, 0)
     xf = x.to(torch.float32) if x.dtype != torch.float64 else x
