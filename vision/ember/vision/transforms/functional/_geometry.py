@@ -511,13 +511,15 @@ def affine_matrix(angle, translate, scale, shear, center) -> torch.Tensor:
 
 
 def _source_points(minv: torch.Tensor, oh: int, ow: int, device):
-    ys, xs = torch.meshgrid(torch.arange(oh, dtype=torch.float64) + 0.5,
-                            torch.arange(ow, dtype=torch.float64) + 0.5, indexing="ij")
+    """Source coordinates of the output pixel centres, computed on ``device``."""
+    dtype = torch.float32 if torch.device(device).type == "mps" else torch.float64
+    ys, xs = torch.meshgrid(torch.arange(oh, dtype=dtype, device=device) + 0.5,
+                            torch.arange(ow, dtype=dtype, device=device) + 0.5, indexing="ij")
     pts = torch.stack([xs, ys, torch.ones_like(xs)], -1).reshape(-1, 3)
-    src = pts @ minv.transpose(-1, -2)
+    src = pts @ minv.to(device, dtype).transpose(-1, -2)
     sx, sy = src[..., 0] / src[..., 2], src[..., 1] / src[..., 2]
     b = minv.shape[0]
-    return sx.reshape(b, oh, ow).to(device), sy.reshape(b, oh, ow).to(device)
+    return sx.reshape(b, oh, ow), sy.reshape(b, oh, ow)
 
 
 def _warp(x, minv, out_hw, interpolation, fill, channel_dim=True):
