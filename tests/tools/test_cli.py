@@ -68,10 +68,17 @@ def test_register_rejects_conflicts():
     assert BENCHMARKS["io"][0] == "ember.tools.bench.io:run"
 
 
-def test_demo_quick(capsys):
+def test_demo_quick_runs_both_pipelines_end_to_end(capsys):
     assert cli.main(["demo", "--quick"]) == 0
     out = capsys.readouterr().out
-    assert "images/s" in out and "(16, 3, 30, 40)" in out
+    # the loader produced transformed batches of the configured shape, for images and audio
+    assert "batch (8, 3, 48, 48) torch.float32" in out
+    assert "batch (4, 1, 8000) torch.float32" in out
+    assert "images/s" in out and "clips/s" in out
+    # both models were compiled (or an honest failure was printed) and checked against eager
+    assert out.count("compiler: ") == 2
+    assert out.count("(match)") == 2, out
+    assert "demo finished" in out
 
 
 def test_readme_commands_exist():

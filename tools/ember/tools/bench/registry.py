@@ -20,6 +20,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "audio": ("ember.tools.bench.audio:run", "MelSpectrogram, Resample, load vs librosa"),
     "data": ("ember.tools.bench.data:run", "DataLoader2 vs torch DataLoader, torchdata.nodes"),
     "arrow": ("ember.tools.bench.arrow:run", "DataFrame ops vs pandas and polars"),
+    "zoo": ("ember.tools.bench.zoo:run",
+            "model zoo under eager, inductor and ember, float32 and AMP, inference and training"),
 }
 
 

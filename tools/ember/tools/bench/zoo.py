@@ -1,0 +1,320 @@
+"""`ember bench zoo`: our packages' models under eager, Inductor and Ember.
+
+Every model runs inference and one training step (forward, backward, SGD update) in float32
+and in AMP (bfloat16 autocast on CPU, float16 on CUDA), each compiled backend checked
+against eager in the same precision. Headline metrics per backend: the share of runs that
+compile and match eager, and 0.75 x AMP + 0.25 x float32 of the geometric-mean speed-ups.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ember.tools.bench.harness import BenchResult, _report, compare_timings
+
+BACKENDS = ("inductor", "ember")
+PRECISIONS = ("float32", "amp")
+MODES = ("inference", "training")
+# Largest |compiled - eager| allowed, relative to the largest |eager| value of each tensor.
+TOLERANCE = {("float32", "inference"): 1e-3, ("float32", "training"): 5e-3,
+             ("amp", "inference"): 5e-2, ("amp", "training"): 1e-1}
+
+
+@dataclass
+class Workload:
+    """A model with inputs; ``loss`` maps the model's output to a scalar for the training step."""
+
+    model: torch.nn.Module
+    args: tuple
+    loss: Callable[[object], torch.Tensor]
+    train_args: tuple | None = None  # inputs for training when they differ (targets)
+
+
+def _mean_square(out) -> torch.Tensor:
+    return sum(t.float().pow(2).mean() for t in _tensors(out))
+
+
+def _classifier(name: str, quick: bool) -> Workload:
+    from ember.vision import models
+
+    n, size = (2, 32) if quick else (4, 96)
+    model = models.get_model(name, num_classes=10)
+    x = torch.randn(n, 3, size, size)
+    y = torch.arange(n) % 10
+    return Workload(model, (x,), lambda out: F.cross_entropy(out.float(), y))
+
+
+def _retinanet(quick: bool) -> Workload:
+    from ember.vision.models import retinanet_resnet50_fpn
+
+    size = 64 if quick else 128
+    # score_thresh=0 keeps detections from an untrained head, so the comparison has content
+    model = retinanet_resnet50_fpn(num_classes=5, min_size=size, max_size=size,
+                                   score_thresh=0.0, detections_per_img=20)
+    images = [torch.rand(3, size, size) for _ in range(2)]
+    targets = [{"boxes": torch.tensor([[4.0, 6.0, size / 2, size / 2 + 3]]),
+                "labels": torch.tensor([1])} for _ in images]
+    return Workload(model, (images,), lambda out: sum(out.values()), train_args=(images, targets))
+
+
+def _wav2letter(quick: bool) -> Workload:
+    from ember.audio.models import Wav2Letter
+
+    n, frames = (2, 50) if quick else (4, 400)
+    model = Wav2Letter(num_classes=29, input_type="power_spectrum", num_features=40)
+    return Workload(model, (torch.randn(n, 40, frames),), _mean_square)
+
+
+def _conformer(quick: bool) -> Workload:
+    from ember.audio.models import Conformer
+
+    n, frames, dim = (2, 32, 32) if quick else (4, 200, 144)
+    model = Conformer(input_dim=dim, num_heads=4, ffn_dim=dim * 2, num_layers=2,
+                      depthwise_conv_kernel_size=15)
+    lengths = torch.full((n,), frames, dtype=torch.long)
+    return Workload(model, (torch.randn(n, frames, dim), lengths), lambda out: _mean_square(out[0]))
+
+
+class _TinyLM(torch.nn.Module):
+    """Embedding -> ember.core.nn.TransformerEncoderLayer x layers -> vocabulary logits."""
+
+    def __init__(self, vocab: int, dim: int, heads: int, layers: int) -> None:
+        super().__init__()
+        from ember.core.nn import TransformerEncoderLayer
+
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.layers = torch.nn.ModuleList(
+            TransformerEncoderLayer(dim, heads, dim_feedforward=dim * 4, dropout=0.0,
+                                    batch_first=True, norm_first=True) for _ in range(layers))
+        self.out = torch.nn.Linear(dim, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return self.out(x)
+
+
+def _transformer(quick: bool) -> Workload:
+    vocab, n, length, dim, heads, layers = ((64, 2, 16, 32, 2, 1) if quick else
+                                            (1000, 8, 128, 256, 4, 2))
+    tokens = torch.randint(0, vocab, (n, length), generator=torch.Generator().manual_seed(0))
+    model = _TinyLM(vocab, dim, heads, layers)
+    return Workload(model, (tokens,),
+                    lambda out: F.cross_entropy(out.float().flatten(0, 1), tokens.flatten()))
+
+
+# name -> (family, builder(quick) -> Workload)
+MODELS: dict[str, tuple[str, Callable[[bool], Workload]]] = {
+    "transformer (ember.core.nn)": ("text", _transformer),
+    "resnet18": ("vision classification", lambda q: _classifier("resnet18", q)),
+    "mobilenet_v3_small": ("vision classification",
+                           lambda q: _classifier("mobilenet_v3_small", q)),
+    "retinanet_resnet50_fpn": ("vision detection", _retinanet),
+    "wav2letter": ("audio", _wav2letter),
+    "conformer": ("audio", _conformer),
+}
+QUICK_MODELS = ("transformer (ember.core.nn)",)
+
+
+def _tensors(out) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        return [t for k in sorted(out) for t in _tensors(out[k])]
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _tensors(o)]
+    return []
+
+
+def _matches(got, ref, tol: float) -> bool:
+    a, b = _tensors(got), _tensors(ref)
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x.shape != y.shape:
+            return False
+        if x.is_floating_point():
+            if not x.numel():
+                continue
+            x, y = x.detach().float(), y.detach().float()
+            if not float((x - y).abs().max()) <= tol * max(float(y.abs().max()), 1e-6):
+                return False
+        elif not torch.equal(x, y):
+            return False
+    return True
+
+
+def _autocast(precision: str, device: str):
+    if precision == "float32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if device == "cpu" else torch.float16
+    return torch.autocast(device, dtype=dtype)
+
+
+def _compile(backend: str, model: torch.nn.Module):
+    if backend == "eager":
+        return model
+    if backend == "ember":
+        import ember.core
+
+        return ember.core.compile(model)
+    return torch.compile(model, backend=backend)
+
+
+def _step(work: Workload, model: torch.nn.Module, mode: str, precision: str, device: str):
+    """One call of the benchmarked thing; returns what the accuracy check compares."""
+    if mode == "inference":
+        def call():
+            with torch.no_grad(), _autocast(precision, device):
+                return model(*work.args)
+        return call
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=1e-3)
+
+    def train():
+        opt.zero_grad(set_to_none=True)
+        with _autocast(precision, device):
+            loss = work.loss(model(*(work.train_args or work.args)))
+        loss.backward()
+        grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros(())
+                 for p in params]
+        opt.step()
+        return [loss.detach()] + grads
+    return train
+
+
+class _FallbackCounter(logging.Handler):
+    """Counts the Ember compiler's 'graph runs in eager ATen' warnings."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "eager" in record.getMessage():
+            self.count += 1
+
+
+@contextlib.contextmanager
+def _count_fallbacks():
+    from ember.core.logs import get_logger
+
+    counter = _FallbackCounter()
+    logger = get_logger("fallback")
+    logger.addHandler(counter)
+    try:
+        yield counter
+    finally:
+        logger.removeHandler(counter)
+
+
+def _case(build: Callable[[bool], Workload], quick: bool, mode: str, precision: str,
+          device: str, rounds: int) -> dict:
+    """Eager reference and each backend for one (model, mode, precision)."""
+    torch.manual_seed(0)
+    work = build(quick)
+    work.model.to(device).train(mode == "training")
+    initial = copy.deepcopy(work.model.state_dict())
+    tol = TOLERANCE[(precision, mode)]
+    calls, out = {}, {}
+    for backend in ("eager",) + BACKENDS:
+        model = work.model if backend == "eager" else copy.deepcopy(work.model)
+        model.load_state_dict(initial)
+        torch._dynamo.reset()
+        entry = {"ok": False, "compile_s": 0.0, "fallbacks": 0, "error": ""}
+        try:
+            with _count_fallbacks() as fallbacks:
+                call = _step(work, _compile(backend, model), mode, precision, device)
+                t0 = time.perf_counter()
+                result = call()
+                entry["compile_s"] = time.perf_counter() - t0 if backend != "eager" else 0.0
+                entry["fallbacks"] = fallbacks.count
+            entry["ok"] = True if backend == "eager" else _matches(result, out["eager"]["result"],
+                                                                    tol)
+            entry["result"] = result
+            calls[backend] = call
+        except Exception as exc:  # a backend that cannot run this model is a result
+            entry["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        out[backend] = entry
+    _report(f"timing {len(calls)} backends")
+    times = compare_timings(calls, rounds=rounds, min_seconds=0.0 if quick else 0.2)
+    for backend, t in times.items():
+        out[backend]["time"] = t
+    return out
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
+
+
+def run(quick: bool = False, models: str | None = None) -> BenchResult:
+    """All models (quick: one tiny transformer) x inference/training x float32/AMP."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    names = (models or os.environ.get("EMBER_ZOO_MODELS") or "").split(",")
+    names = [n for n in names if n] or list(QUICK_MODELS if quick else MODELS)
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        raise ValueError(f"unknown zoo model(s) {unknown}; known: {list(MODELS)}")
+    rounds = 3 if quick else 5
+    columns = ["model", "mode", "precision", "eager ms"]
+    for b in BACKENDS:
+        columns += [f"{b} ok", f"{b} speedup", f"{b} compile s"]
+    columns.append("ember fallback graphs")
+    rows, errors = [], []
+    speedups = {(b, p): [] for b in BACKENDS for p in PRECISIONS}
+    passed = {b: 0 for b in BACKENDS}
+    total = 0
+    for name in names:
+        family, build = MODELS[name]
+        for mode in MODES:
+            for precision in PRECISIONS:
+                _report(f"{name} {mode} {precision}")
+                res = _case(build, quick, mode, precision, device, rounds)
+                total += 1
+                eager_t = res["eager"].get("time")
+                row = [name, mode, precision, eager_t * 1e3 if eager_t else "error"]
+                for b in BACKENDS:
+                    r = res[b]
+                    if r["error"]:
+                        errors.append(f"{name} {mode} {precision} {b}: {r['error']}")
+                    ok = r["ok"] and "time" in r and eager_t is not None
+                    sp = eager_t / r["time"] if ok else None
+                    if ok:
+                        passed[b] += 1
+                        speedups[(b, precision)].append(sp)
+                    row += ["yes" if ok else ("error" if r["error"] else "NO"),
+                            sp if sp is not None else "-", r["compile_s"]]
+                row.append(res["ember"]["fallbacks"])
+                rows.append(row)
+    notes = []
+    for b in BACKENDS:
+        amp, fp32 = _geomean(speedups[(b, "amp")]), _geomean(speedups[(b, "float32")])
+        notes.append(f"{b}: {passed[b]}/{total} runs compile and match eager "
+                     f"({passed[b] / total:.0%}); geomean speed-up AMP {amp:.2f}x, float32 "
+                     f"{fp32:.2f}x; headline 0.75 x AMP + 0.25 x float32 = "
+                     f"{0.75 * amp + 0.25 * fp32:.2f}x")
+    amp_dtype = "bfloat16" if device == "cpu" else "float16"
+    notes.append(f"device {device}; AMP = torch.autocast({device!r}, {amp_dtype}); training = "
+                 "forward + backward + SGD step; accuracy vs eager in the same precision, max "
+                 "|diff| relative to the tensor's largest |value|: "
+                 + ", ".join(f"{p} {m} {t:g}" for (p, m), t in TOLERANCE.items()))
+    notes.append("speedup = eager median / backend median (round-robin, same process); geomeans "
+                 "over the runs that matched; compile s = first call, dynamo reset, on-disk "
+                 "kernel caches as found; 'ember fallback graphs' = graphs Ember ran in eager "
+                 "ATen during that first call")
+    notes += [f"error: {e}" for e in errors]
+    title = ("Model zoo: eager vs Inductor vs Ember, inference and one training step, float32 "
+             f"and AMP ({'quick: tiny transformer' if quick else 'small inputs'})")
+    return BenchResult("zoo", title, columns, rows, notes)
