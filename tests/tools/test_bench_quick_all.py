@@ -1,0 +1,44 @@
+"""Every registered benchmark runs in --quick mode and returns a well-formed table.
+
+io, arrow, data and transforms together take well under a minute on 2 cores and stay in the
+fast set; the ones that compile models (compile, zoo) or spawn heavy peers (audio, attention)
+are marked slow.
+"""
+
+import math
+
+import pytest
+
+from ember.tools.bench import BENCHMARKS, run
+
+FAST = {"io", "arrow", "data", "transforms"}
+SLOW = {"audio", "attention", "compile", "zoo"}
+
+
+def test_every_registered_benchmark_has_a_quick_test():
+    assert set(BENCHMARKS) == FAST | SLOW, "add new benchmarks to FAST or SLOW here"
+
+
+def _check(name: str) -> None:
+    result = run(name, quick=True)
+    assert result.name == name
+    assert result.rows, f"{name} returned no rows"
+    for row in result.rows:
+        assert len(row) == len(result.columns), (name, row)
+    ratios = result.ratio_columns()
+    assert ratios, f"{name} has no numeric speed-up/ratio column for the chart"
+    for col in ratios:
+        i = result.columns.index(col)
+        assert all(math.isfinite(r[i]) and r[i] > 0 for r in result.rows), (name, col)
+    assert len(result.case_labels()) == len(result.rows)
+
+
+@pytest.mark.parametrize("name", sorted(FAST))
+def test_quick_run(name):
+    _check(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SLOW))
+def test_quick_run_slow(name):
+    _check(name)
