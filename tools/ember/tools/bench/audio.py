@@ -148,7 +148,9 @@ def run(quick: bool = False) -> BenchResult:
         result.rows += rows
         result.notes.append(note)
     result.notes.append(f"torch threads: {torch.get_num_threads()}; librosa/soxr single-threaded;"
-                        f" 1-min load average at start: {load_avg:.1f}")
+                        f" 1-min load average at start: {load_avg:.1f}. With more runnable "
+                        f"threads than cores, torch's OpenMP barriers stall on descheduled "
+                        f"threads; the 1-thread rows are then the per-core comparison")
     result.notes.append("MelSpectrogram peer settings: htk=True, norm=None, pad_mode='reflect' "
                         "(ember's defaults; librosa's own default pad_mode is 'constant')")
     return result
