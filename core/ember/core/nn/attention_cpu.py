@@ -185,13 +185,17 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.
             p = torch.softmax(s, dim=-1)
             del s
             # lse of the tile = max - log(max p); rows with every key masked get -inf and 0.
-            dead = tile_max == _NEG_INF
-            lses.append((tile_max - torch.log(p.amax(dim=-1, keepdim=True))).masked_fill_(
-                dead, _NEG_INF))
+            tile_lse = tile_max - torch.log(p.amax(dim=-1, keepdim=True))
             keep = t.dropout(h0, h1, i0, i1, j0, j1)
             if keep is not None:
                 p.mul_(keep)
-            parts.append(torch.bmm(p, t.v[h0:h1, j0:j1]).masked_fill_(dead, 0.0))
+            part = torch.bmm(p, t.v[h0:h1, j0:j1])
+            if t.mask is not None or t.is_causal:
+                dead = tile_max == _NEG_INF
+                tile_lse.masked_fill_(dead, _NEG_INF)
+                part.masked_fill_(dead, 0.0)
+            lses.append(tile_lse)
+            parts.append(part)
         if not parts:
             return
         if len(parts) == 1:
