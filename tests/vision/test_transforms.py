@@ -306,3 +306,27 @@ def test_per_sample_on_videos_shares_parameters_across_frames(name):
     for i in range(2):
         for k in (1, 2):
             assert torch.equal(out[i, 0], out[i, k])
+
+
+@pytest.mark.parametrize("make", [lambda: T.AutoAugment(per_sample=True),
+                                  lambda: T.RandAugment(per_sample=True),
+                                  lambda: T.TrivialAugmentWide(per_sample=True)])
+def test_auto_augment_per_sample_draws_a_program_per_image(make):
+    torch.manual_seed(0)
+    x = batch(1, 24, 24).expand(8, -1, -1, -1).contiguous()
+    t = make()
+    out = t(x)
+    assert out.shape == x.shape and out.dtype == torch.uint8
+    assert len({tuple(out[i].flatten().tolist()) for i in range(8)}) > 1
+    # each image is its program applied alone: replaying the draws reproduces the batch
+    torch.manual_seed(0)
+    programs = [t.program(24, 24) for _ in range(8)]
+    from ember.vision.transforms._augment import _apply_op
+
+    for i, prog in enumerate(programs):
+        img = x[i:i + 1]
+        for name, mag in prog:
+            img = _apply_op(img, name, mag, t.interpolation, t.fill)
+        assert torch.equal(img[0], out[i])
+    with pytest.raises(ValueError, match="batched"):
+        t(x[0])

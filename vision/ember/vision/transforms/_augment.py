@@ -11,7 +11,13 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ember.vision import tv_tensors
 from ember.vision.transforms import functional as F
-from ember.vision.transforms._transform import Transform, is_image_like, plain, query_size
+from ember.vision.transforms._transform import (
+    Transform,
+    is_image_like,
+    plain,
+    query_size,
+    transformed_leaves,
+)
 from ember.vision.transforms.functional._utils import InterpolationMode, as_interpolation
 
 
@@ -165,16 +171,43 @@ def _spaces(num_bins: int, h: int, w: int, wide: bool) -> dict[str, tuple[torch.
 
 
 class _AutoAugmentBase(Transform):
-    def __init__(self, interpolation=InterpolationMode.NEAREST, fill=None) -> None:
+    def __init__(self, interpolation=InterpolationMode.NEAREST, fill=None,
+                 per_sample: bool = False) -> None:
         super().__init__()
+        if not isinstance(per_sample, bool):
+            raise TypeError(f"per_sample must be a bool, got {per_sample!r}")
         self.interpolation = as_interpolation(interpolation)
         self.fill = fill
+        self.per_sample = per_sample
+
+    def program(self, h: int, w: int) -> list[tuple[str, float]]:
+        """The randomly drawn ops and signed magnitudes for one image (or one batch)."""
+        raise NotImplementedError
+
+    def augment(self, img, h: int, w: int):
+        if not self.per_sample:
+            for name, mag in self.program(h, w):
+                img = _apply_op(img, name, mag, self.interpolation, self.fill)
+            return img
+        if img.ndim < (5 if isinstance(img, tv_tensors.Video) else 4):
+            raise ValueError(f"per_sample=True needs a batched input (dim 0 = batch), got "
+                             f"shape {tuple(img.shape)}")
+        # one program per image; images that drew the same program are augmented together
+        groups: dict[tuple, list[int]] = {}
+        for i in range(img.shape[0]):
+            groups.setdefault(tuple(self.program(h, w)), []).append(i)
+        out = plain(img).clone()
+        for prog, rows in groups.items():
+            idx = torch.tensor(rows, device=img.device)
+            part = plain(img).index_select(0, idx)
+            for name, mag in prog:
+                part = _apply_op(part, name, mag, self.interpolation, self.fill)
+            out.index_copy_(0, idx, plain(part))
+        return tv_tensors.wrap(out, like=img) if isinstance(img, tv_tensors.TVTensor) else out
 
     def forward(self, *inputs: Any) -> Any:
         sample = inputs if len(inputs) > 1 else inputs[0]
         leaves, spec = tree_flatten(sample)
-        from ember.vision.transforms._transform import transformed_leaves
-
         chosen = transformed_leaves(leaves)
         idx = [i for i, (x, c) in enumerate(zip(leaves, chosen)) if c and is_image_like(x)]
         if len(idx) != 1:
@@ -188,8 +221,10 @@ class _AutoAugmentBase(Transform):
         out[idx[0]] = self.augment(img, int(h), int(w))
         return tree_unflatten(out, spec)
 
-    def _op(self, img, name, magnitude):
-        return _apply_op(img, name, magnitude, self.interpolation, self.fill)
+
+def _signed(mags: torch.Tensor, signed: bool, k: int | None) -> float:
+    mag = float(mags[k]) if k is not None and mags.ndim else 0.0
+    return -mag if signed and float(torch.rand(())) < 0.5 else mag
 
 
 class AutoAugmentPolicy(enum.Enum):
@@ -232,32 +267,32 @@ class AutoAugment(_AutoAugmentBase):
     """A random sub-policy (two ops) of the learned ImageNet AutoAugment policy."""
 
     def __init__(self, policy=AutoAugmentPolicy.IMAGENET,
-                 interpolation=InterpolationMode.NEAREST, fill=None) -> None:
-        super().__init__(interpolation, fill)
+                 interpolation=InterpolationMode.NEAREST, fill=None,
+                 per_sample: bool = False) -> None:
+        super().__init__(interpolation, fill, per_sample)
         if AutoAugmentPolicy(policy) is not AutoAugmentPolicy.IMAGENET:
             raise ValueError(f"policy must be AutoAugmentPolicy.IMAGENET, got {policy!r}")
         self.policy = AutoAugmentPolicy(policy)
 
-    def augment(self, img, h, w):
+    def program(self, h, w):
         spaces = _spaces(10, h, w, wide=False)
         spaces["Invert"] = (torch.tensor(0.0), False)
         sub = _IMAGENET_POLICY[int(torch.randint(len(_IMAGENET_POLICY), ()))]
+        ops = []
         for name, p, mag_bin in sub:
             if float(torch.rand(())) <= p:
                 mags, signed = spaces[name]
-                mag = float(mags[mag_bin]) if mag_bin is not None and mags.ndim else 0.0
-                if signed and float(torch.rand(())) < 0.5:
-                    mag = -mag
-                img = self._op(img, name, mag)
-        return img
+                ops.append((name, _signed(mags, signed, mag_bin)))
+        return ops
 
 
 class RandAugment(_AutoAugmentBase):
     """``num_ops`` random ops at a fixed ``magnitude`` (RandAugment)."""
 
     def __init__(self, num_ops: int = 2, magnitude: int = 9, num_magnitude_bins: int = 31,
-                 interpolation=InterpolationMode.NEAREST, fill=None) -> None:
-        super().__init__(interpolation, fill)
+                 interpolation=InterpolationMode.NEAREST, fill=None,
+                 per_sample: bool = False) -> None:
+        super().__init__(interpolation, fill, per_sample)
         if not isinstance(num_ops, int) or num_ops < 0:
             raise ValueError(f"num_ops must be a non-negative int, got {num_ops!r}")
         if not isinstance(num_magnitude_bins, int) or num_magnitude_bins < 2:
@@ -268,35 +303,30 @@ class RandAugment(_AutoAugmentBase):
         self.num_ops, self.magnitude = num_ops, magnitude
         self.num_magnitude_bins = num_magnitude_bins
 
-    def augment(self, img, h, w):
+    def program(self, h, w):
         spaces = _spaces(self.num_magnitude_bins, h, w, wide=False)
         names = list(spaces)
+        ops = []
         for _ in range(self.num_ops):
             name = names[int(torch.randint(len(names), ()))]
             mags, signed = spaces[name]
-            mag = float(mags[self.magnitude]) if mags.ndim else 0.0
-            if signed and float(torch.rand(())) < 0.5:
-                mag = -mag
-            img = self._op(img, name, mag)
-        return img
+            ops.append((name, _signed(mags, signed, self.magnitude)))
+        return ops
 
 
 class TrivialAugmentWide(_AutoAugmentBase):
     """One random op at a random magnitude from the wide ranges (TrivialAugment)."""
 
     def __init__(self, num_magnitude_bins: int = 31, interpolation=InterpolationMode.NEAREST,
-                 fill=None) -> None:
-        super().__init__(interpolation, fill)
+                 fill=None, per_sample: bool = False) -> None:
+        super().__init__(interpolation, fill, per_sample)
         if not isinstance(num_magnitude_bins, int) or num_magnitude_bins < 2:
             raise ValueError(f"num_magnitude_bins must be an int >= 2, got {num_magnitude_bins!r}")
         self.num_magnitude_bins = num_magnitude_bins
 
-    def augment(self, img, h, w):
+    def program(self, h, w):
         spaces = _spaces(self.num_magnitude_bins, h, w, wide=True)
         names = list(spaces)
         name = names[int(torch.randint(len(names), ()))]
         mags, signed = spaces[name]
-        mag = float(mags[int(torch.randint(self.num_magnitude_bins, ()))]) if mags.ndim else 0.0
-        if signed and float(torch.rand(())) < 0.5:
-            mag = -mag
-        return self._op(img, name, mag)
+        return [(name, _signed(mags, signed, int(torch.randint(self.num_magnitude_bins, ()))))]
