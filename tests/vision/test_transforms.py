@@ -330,3 +330,30 @@ def test_auto_augment_per_sample_draws_a_program_per_image(make):
         assert torch.equal(img[0], out[i])
     with pytest.raises(ValueError, match="batched"):
         t(x[0])
+
+
+def test_random_choice_and_order_per_sample():
+    torch.manual_seed(0)
+    sample = rect_sample(n=8)
+    choice = T.RandomChoice([T.RandomHorizontalFlip(p=1.0), T.RandomVerticalFlip(p=1.0)],
+                            per_sample=True)
+    out = choice(sample)
+    kinds = set()
+    for i in range(8):
+        h = torch.equal(out["image"][i], F.horizontal_flip(sample["image"][i]))
+        v = torch.equal(out["image"][i], F.vertical_flip(sample["image"][i]))
+        assert h or v
+        kinds.add("h" if h else "v")
+        one = tv.wrap(sample["boxes"][i], like=sample["boxes"])  # indexing gives a plain tensor
+        ref = F.horizontal_flip(one) if h else F.vertical_flip(one)
+        assert torch.equal(out["boxes"][i], ref)
+    assert kinds == {"h", "v"} and type(out["boxes"]) is tv.BoundingBoxes
+    order = T.RandomOrder([T.ColorJitter(brightness=(2.0, 2.0)), T.Grayscale(3)],
+                          per_sample=True)
+    x = batch(8)
+    res = order(x)
+    a = T.Grayscale(3)(T.ColorJitter(brightness=(2.0, 2.0))(x))
+    b = T.ColorJitter(brightness=(2.0, 2.0))(T.Grayscale(3)(x))
+    assert all(torch.equal(res[i], a[i]) or torch.equal(res[i], b[i]) for i in range(8))
+    with pytest.raises(ValueError, match="keep the shape"):
+        T.RandomChoice([T.Resize(8), T.Resize(9)], per_sample=True)(x)

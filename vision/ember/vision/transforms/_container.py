@@ -9,7 +9,13 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from ember.vision.transforms._transform import batch_info, select_samples, transformed_leaves
+from ember.vision import tv_tensors
+from ember.vision.transforms._transform import (
+    batch_info,
+    plain,
+    select_samples,
+    transformed_leaves,
+)
 
 
 def _check_transforms(transforms) -> list[Callable]:
@@ -76,11 +82,51 @@ class RandomApply(nn.Module):
         return tree_unflatten(merged, spec)
 
 
-class RandomChoice(nn.Module):
-    """Apply one of ``transforms``, picked with probabilities ``p`` (uniform by default)."""
+def _apply_grouped(sample: Any, keys: list, apply: Callable[[Any, Any], Any]) -> Any:
+    """Per-sample dispatch: the images whose ``keys`` match go through ``apply(key, part)``
+    together; every transformed leaf must keep its per-sample shape."""
+    leaves, spec = tree_flatten(sample)
+    chosen = transformed_leaves(leaves)
+    outs = [plain(x).clone() if c else x for x, c in zip(leaves, chosen)]
+    groups: dict[Any, list[int]] = {}
+    for i, k in enumerate(keys):
+        groups.setdefault(k, []).append(i)
+    for key, rows in groups.items():
+        part_leaves = []
+        for x, c in zip(leaves, chosen):
+            if c:
+                idx = torch.tensor(rows, device=x.device)
+                rows_x = plain(x).index_select(0, idx)
+                x = tv_tensors.wrap(rows_x, like=x) if isinstance(x, tv_tensors.TVTensor) \
+                    else rows_x
+            part_leaves.append(x)
+        res_leaves, _ = tree_flatten(apply(key, tree_unflatten(part_leaves, spec)))
+        for j, (r, c) in enumerate(zip(res_leaves, chosen)):
+            if not c:
+                continue
+            if tuple(r.shape[1:]) != tuple(outs[j].shape[1:]):
+                raise ValueError("per_sample=True needs transforms that keep the shape, got "
+                                 f"{tuple(outs[j].shape[1:])} -> {tuple(r.shape[1:])}")
+            outs[j].index_copy_(0, torch.tensor(rows, device=r.device), plain(r))
+    final = [tv_tensors.wrap(o, like=x) if c and isinstance(x, tv_tensors.TVTensor) else o
+             for o, x, c in zip(outs, leaves, chosen)]
+    return tree_unflatten(final, spec)
 
-    def __init__(self, transforms: Sequence[Callable], p: Sequence[float] | None = None) -> None:
+
+def _batch_size(sample: Any) -> int:
+    leaves, _ = tree_flatten(sample)
+    chosen = transformed_leaves(leaves)
+    return batch_info([x for x, c in zip(leaves, chosen) if c])[0]
+
+
+class RandomChoice(nn.Module):
+    """Apply one of ``transforms``, picked with probabilities ``p`` (uniform by default);
+    ``per_sample`` picks per image (the transforms must then keep the shape)."""
+
+    def __init__(self, transforms: Sequence[Callable], p: Sequence[float] | None = None,
+                 per_sample: bool = False) -> None:
         super().__init__()
+        self.per_sample = per_sample
         self.transforms = _check_transforms(transforms)
         self._mods = _modules(self.transforms)
         if p is None:
@@ -92,20 +138,34 @@ class RandomChoice(nn.Module):
 
     def forward(self, *inputs: Any) -> Any:
         sample = inputs if len(inputs) > 1 else inputs[0]
+        if self.per_sample:
+            n = _batch_size(sample)
+            picks = torch.multinomial(torch.tensor(self.p), n, replacement=True).tolist()
+            return _apply_grouped(sample, picks, lambda k, part: self.transforms[k](part))
         idx = int(torch.multinomial(torch.tensor(self.p), 1))
         return self.transforms[idx](sample)
 
 
 class RandomOrder(nn.Module):
-    """Apply all ``transforms`` in a random order."""
+    """Apply all ``transforms`` in a random order; ``per_sample`` draws an order per image."""
 
-    def __init__(self, transforms: Sequence[Callable]) -> None:
+    def __init__(self, transforms: Sequence[Callable], per_sample: bool = False) -> None:
         super().__init__()
         self.transforms = _check_transforms(transforms)
         self._mods = _modules(self.transforms)
+        self.per_sample = per_sample
+
+    def _run(self, order, sample):
+        for i in order:
+            sample = self.transforms[i](sample)
+        return sample
 
     def forward(self, *inputs: Any) -> Any:
         sample = inputs if len(inputs) > 1 else inputs[0]
+        if self.per_sample:
+            n = _batch_size(sample)
+            orders = [tuple(torch.randperm(len(self.transforms)).tolist()) for _ in range(n)]
+            return _apply_grouped(sample, orders, self._run)
         for i in torch.randperm(len(self.transforms)).tolist():
             sample = self.transforms[i](sample)
         return sample
