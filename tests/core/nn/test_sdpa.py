@@ -288,3 +288,21 @@ def test_bad_input_names_the_argument(kwargs, match):
     args.update(kwargs)
     with pytest.raises((ValueError, TypeError), match=match):
         sdpa(**args)
+
+
+def test_forked_child_gets_fresh_workers(monkeypatch):
+    """A fork after the workers started must not hang the child's attention."""
+    import multiprocessing
+
+    monkeypatch.setattr(attention_cpu, "THREADED_MIN_ELEMENTS", 0)
+    q, k, v = _qkv(1, 2, 2, 16, 16, 8, 8, dtype=torch.float32)
+    expected = sdpa(q, k, v)  # starts the worker pool in this process
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        out = pool.apply_async(_child_attention, (q, k, v)).get(timeout=120)
+    torch.testing.assert_close(out, expected)
+
+
+def _child_attention(q, k, v):
+    attention_cpu.THREADED_MIN_ELEMENTS = 0
+    return sdpa(q, k, v)

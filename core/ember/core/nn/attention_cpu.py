@@ -17,6 +17,7 @@ do not cover (on CUDA, units always run inline).
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -64,6 +65,15 @@ def _workers() -> ThreadPoolExecutor | None:
             torch.set_num_threads(size)  # the workers' setting must not become the default
             _pool_size = size
     return _pool
+
+
+def _forget_pool() -> None:
+    """In a forked child the workers do not exist: start a new pool on demand."""
+    global _pool, _pool_lock, _pool_size
+    _pool, _pool_size, _pool_lock = None, 0, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _run(units: list, fn, device: torch.device, spread: bool) -> None:
