@@ -155,6 +155,9 @@ def test_mixup_cutmix_labels_are_convex():
     assert abs(float(1 - lam) - float(pasted)) < 0.1
     with pytest.raises(ValueError, match="labels"):
         T.MixUp(num_classes=4)(x)
+    sample = {"img": x, "target": labels}
+    out = T.MixUp(num_classes=4, labels_getter=lambda s: s["target"])(sample)
+    assert out["target"].shape == (4, 4) and out["img"].shape == x.shape
 
 
 def test_auto_augment_family_keeps_shape_and_dtype():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -23,16 +24,25 @@ from ember.vision.transforms.functional._utils import InterpolationMode, as_inte
 
 class _BatchMix(Transform):
     def __init__(self, *, alpha: float = 1.0, num_classes: int | None = None,
-                 labels_getter="default") -> None:
+                 labels_getter: Callable | str = "default") -> None:
         super().__init__()
         if not isinstance(alpha, (int, float)) or alpha <= 0:
             raise ValueError(f"alpha must be a positive number, got {alpha!r}")
         if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 1):
             raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
+        if not (labels_getter == "default" or callable(labels_getter)):
+            raise ValueError(f"labels_getter must be 'default' or a callable, "
+                             f"got {labels_getter!r}")
         self.alpha, self.num_classes = float(alpha), num_classes
         self.labels_getter = labels_getter
 
-    def _labels_index(self, leaves: list) -> int:
+    def _labels_index(self, leaves: list, sample: Any = None) -> int:
+        if callable(self.labels_getter):
+            labels = self.labels_getter(sample)
+            found = [i for i, x in enumerate(leaves) if x is labels]
+            if not found:
+                raise ValueError("labels_getter must return a tensor held by the sample")
+            return found[0]
         idx = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)
                and not isinstance(x, tv_tensors.TVTensor) and x.ndim == 1
                and not x.is_floating_point()]
@@ -44,7 +54,7 @@ class _BatchMix(Transform):
     def forward(self, *inputs: Any) -> Any:
         sample = inputs if len(inputs) > 1 else inputs[0]
         leaves, spec = tree_flatten(sample)
-        li = self._labels_index(leaves)
+        li = self._labels_index(leaves, sample)
         labels = leaves[li]
         images = [i for i, x in enumerate(leaves) if i != li and is_image_like(x)]
         if not images:

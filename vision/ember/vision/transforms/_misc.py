@@ -167,7 +167,7 @@ class SanitizeBoundingBoxes(Transform):
     def __init__(self, min_size: float = 1.0, min_area: float = 1.0,
                  labels_getter: Callable | str | None = "default") -> None:
         super().__init__()
-        if min_size < 1 and min_size != 0 or min_size < 0:
+        if min_size < 1:
             raise ValueError(f"min_size must be >= 1, got {min_size!r}")
         if min_area < 0:
             raise ValueError(f"min_area must be >= 0, got {min_area!r}")
