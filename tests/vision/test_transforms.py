@@ -360,3 +360,18 @@ def test_random_choice_and_order_per_sample():
     assert all(torch.equal(res[i], a[i]) or torch.equal(res[i], b[i]) for i in range(8))
     with pytest.raises(ValueError, match="keep the shape"):
         T.RandomChoice([T.Resize(8), T.Resize(9)], per_sample=True)(x)
+
+
+@pytest.mark.parametrize("make", [lambda: T.RandomResizedCrop(12, per_sample=True),
+                                  lambda: T.RandomCrop(12, per_sample=True),
+                                  lambda: T.RandomAffine(10, translate=(0.1, 0.1), shear=3,
+                                                         per_sample=True),
+                                  lambda: T.RandomPerspective(p=0.5, per_sample=True),
+                                  lambda: T.GaussianBlur(3, per_sample=True),
+                                  lambda: T.RandomErasing(per_sample=True),
+                                  lambda: T.RandomGrayscale(0.5, per_sample=True)])
+def test_per_sample_transforms_trace_as_one_graph(make):
+    torch._dynamo.reset()
+    x = batch(3, 20, 20)
+    out = torch.compile(make(), backend="eager", fullgraph=True)(x)
+    assert out.shape[0] == 3 and out.dtype == torch.uint8

@@ -112,7 +112,8 @@ def _gaussian_blur_image(img, kernel_size, sigma=None):
     dev = img.device
     sx_t = torch.as_tensor(sx, dtype=torch.float32, device=dev).reshape(-1)
     sy_t = torch.as_tensor(sy, dtype=torch.float32, device=dev).reshape(-1)
-    if bool((sx_t <= 0).any()) or bool((sy_t <= 0).any()):
+    if not torch.compiler.is_compiling() and (bool((sx_t <= 0).any())
+                                              or bool((sy_t <= 0).any())):
         raise ValueError(f"sigma must be positive, got {sigma!r}")
     if is_batched_param(sx, sy):
         lead = img.shape[0] if img.ndim > 3 else 1
