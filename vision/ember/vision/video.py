@@ -19,6 +19,10 @@ import ffmpeg
 import numpy as np
 import torch
 
+from ember.core.logs import get_logger
+
+_log = get_logger("vision")
+
 __all__ = ["read_video", "read_video_timestamps", "write_video", "VideoReader", "ffmpeg_exe"]
 
 _INSTALL_HINT = ("no ffmpeg binary found: install one with `pip install imageio-ffmpeg` (it ships "
@@ -29,6 +33,7 @@ def ffmpeg_exe() -> str:
     """Path of the ffmpeg binary: PATH first, then imageio-ffmpeg's bundled build."""
     found = shutil.which("ffmpeg")
     if found:
+        _log.debug("ffmpeg: system binary %s", found)
         return found
     try:
         import imageio_ffmpeg
@@ -38,6 +43,7 @@ def ffmpeg_exe() -> str:
         raise RuntimeError(_INSTALL_HINT) from err
     if not exe or not os.path.isfile(exe):
         raise RuntimeError(_INSTALL_HINT)
+    _log.debug("ffmpeg: imageio-ffmpeg binary %s", exe)
     return exe
 
 
