@@ -196,3 +196,27 @@ def test_bad_arguments():
         load("/tmp/x.wav", num_frames=-5)
     with pytest.raises(TypeError, match="path_or_fileobj"):
         load(12345)
+
+
+def test_implausible_length_claims_are_read_block_by_block(tmp_path, monkeypatch):
+    # a corrupt header can claim terabytes of frames; past a samples-per-byte bound, load
+    # reads in blocks until the decoder stops instead of allocating the claim up front
+    import ember.audio.io as eio
+
+    x = _grid_signal(16, channels=2, frames=5000)
+    save(tmp_path / "a.flac", x, 8000, bits_per_sample=16)
+    full, _ = load(tmp_path / "a.flac")
+    monkeypatch.setattr(eio, "_MAX_SAMPLES_PER_BYTE", 0)
+    monkeypatch.setattr(eio, "_BLOCK_FRAMES", 700)
+    requested = []
+    real_read = sf.SoundFile.read
+
+    def spy(self, frames=-1, *args, **kwargs):
+        requested.append(frames)
+        return real_read(self, frames, *args, **kwargs)
+
+    monkeypatch.setattr(sf.SoundFile, "read", spy)
+    torch.testing.assert_close(load(tmp_path / "a.flac")[0], full, rtol=0, atol=0)
+    assert max(requested) == 700 and len(requested) == 8  # ceil(5000 / 700)
+    part, _ = load(tmp_path / "a.flac", frame_offset=1234, num_frames=2000)
+    torch.testing.assert_close(part, full[:, 1234:3234], rtol=0, atol=0)

@@ -130,10 +130,46 @@ def load(
                     data = np.zeros((0, f.channels), dtype=dtype)
                     return _to_tensor(data, subtype, normalize, channels_first), f.samplerate
                 f.seek(frame_offset)
-            data = f.read(num_frames, dtype=dtype, always_2d=True)
+            data = _read(f, num_frames, dtype, frame_offset, _byte_size(path_or_fileobj))
         except (sf.LibsndfileError, RuntimeError) as err:
             raise RuntimeError(f"failed to decode audio file {name!r}: {err}") from err
         return _to_tensor(data, subtype, normalize, channels_first), f.samplerate
+
+
+# A header may claim any length. A claim beyond this many samples per byte of file (Opus at
+# its lowest bitrate needs ~130) is not trusted with one up-front allocation.
+_MAX_SAMPLES_PER_BYTE = 1024
+_UNKNOWN_SIZE_LIMIT = 1 << 28  # samples, when the source's size is unknown
+_BLOCK_FRAMES = 1 << 16
+
+
+def _byte_size(src: Source) -> int | None:
+    if isinstance(src, (str, os.PathLike)):
+        try:
+            return os.path.getsize(src)
+        except OSError:
+            return None
+    getbuffer = getattr(src, "getbuffer", None)
+    return getbuffer().nbytes if getbuffer is not None else None
+
+
+def _read(f: sf.SoundFile, num_frames: int, dtype: str, offset: int,
+          size: int | None) -> np.ndarray:
+    """Read ``num_frames`` (-1: to the end) in one call, or block by block when the
+    header's length claim is implausible for the file's size (corrupt headers)."""
+    claimed = max(f.frames - offset, 0)
+    wanted = claimed if num_frames == -1 else min(num_frames, claimed)
+    limit = _UNKNOWN_SIZE_LIMIT if size is None else _MAX_SAMPLES_PER_BYTE * size + (1 << 20)
+    if wanted * f.channels <= limit:
+        return f.read(num_frames, dtype=dtype, always_2d=True)
+    blocks, total = [], 0
+    while total < wanted:
+        block = f.read(min(_BLOCK_FRAMES, wanted - total), dtype=dtype, always_2d=True)
+        if len(block) == 0:
+            break
+        blocks.append(block)
+        total += len(block)
+    return np.concatenate(blocks) if blocks else np.zeros((0, f.channels), dtype=dtype)
 
 
 def _to_tensor(data: np.ndarray, subtype: str | None, normalize: bool,
