@@ -81,17 +81,26 @@ def _order_and_overlap(boxes, scores, iou_threshold):
 
 @_nms.register_kernel("cpu")
 def _(boxes, scores, iou_threshold):
-    """Greedy NMS: one vectorised row update per kept box."""
+    """Greedy NMS in O(N) memory: each kept box suppresses the lower-scoring rest in one
+    vectorised row of IoUs."""
     if boxes.shape[0] == 0:
         return boxes.new_empty((0,), dtype=torch.long)
-    order, over = _order_and_overlap(boxes, scores, iou_threshold)
-    over = over.numpy()
-    removed = np.zeros(over.shape[0], dtype=bool)
+    order = torch.argsort(scores, descending=True, stable=True)
+    b = boxes[order].to(torch.float64).numpy()
+    x1, y1, x2, y2 = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
+    areas = (x2 - x1) * (y2 - y1)
+    removed = np.zeros(b.shape[0], dtype=bool)
     keep = []
-    for i in range(over.shape[0]):
-        if not removed[i]:
-            keep.append(i)
-            removed |= over[i]
+    for i in range(b.shape[0]):
+        if removed[i]:
+            continue
+        keep.append(i)
+        w = np.clip(np.minimum(x2[i], x2[i + 1:]) - np.maximum(x1[i], x1[i + 1:]), 0, None)
+        h = np.clip(np.minimum(y2[i], y2[i + 1:]) - np.maximum(y1[i], y1[i + 1:]), 0, None)
+        inter = w * h
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iou = inter / (areas[i] + areas[i + 1:] - inter)
+        removed[i + 1:] |= iou > iou_threshold
     return order[torch.as_tensor(keep, dtype=torch.long)]
 
 
