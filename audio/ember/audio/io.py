@@ -139,6 +139,7 @@ def load(
 # A header may claim any length. A claim beyond this many samples per byte of file (Opus at
 # its lowest bitrate needs ~130) is not trusted with one up-front allocation.
 _MAX_SAMPLES_PER_BYTE = 1024
+_SLACK_SAMPLES = 1 << 20  # always trusted: small files
 _UNKNOWN_SIZE_LIMIT = 1 << 28  # samples, when the source's size is unknown
 _BLOCK_FRAMES = 1 << 16
 
@@ -159,7 +160,7 @@ def _read(f: sf.SoundFile, num_frames: int, dtype: str, offset: int,
     header's length claim is implausible for the file's size (corrupt headers)."""
     claimed = max(f.frames - offset, 0)
     wanted = claimed if num_frames == -1 else min(num_frames, claimed)
-    limit = _UNKNOWN_SIZE_LIMIT if size is None else _MAX_SAMPLES_PER_BYTE * size + (1 << 20)
+    limit = _UNKNOWN_SIZE_LIMIT if size is None else _MAX_SAMPLES_PER_BYTE * size + _SLACK_SAMPLES
     if wanted * f.channels <= limit:
         return f.read(num_frames, dtype=dtype, always_2d=True)
     blocks, total = [], 0
