@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import io
+import os
 
 import numpy as np
 import torch
@@ -175,4 +176,9 @@ def _run(quick: bool, n_small: int, n_jpeg: int, rounds: int) -> BenchResult:
         "loaded 2-core machine waking the intra-op pool per tiny op costs milliseconds "
         "and made the 0-worker JPEG cells measure thread wake-ups, not loaders.",
     ]
+    if hasattr(os, "getloadavg"):
+        result.notes.append(f"1-minute load average after the run: {os.getloadavg()[0]:.1f} "
+                            f"on {os.cpu_count()} cores; on a shared, oversubscribed machine the "
+                            "2-worker cells move a lot between runs (torch's per-batch "
+                            "descriptor passing is the most sensitive to scheduling)")
     return result
