@@ -259,6 +259,11 @@ def _geomean(values: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
 
 
+def headline(amp_speedups: list[float], float32_speedups: list[float]) -> float:
+    """The zoo's headline speed-up: 0.75 x geomean(AMP) + 0.25 x geomean(float32)."""
+    return 0.75 * _geomean(amp_speedups) + 0.25 * _geomean(float32_speedups)
+
+
 def run(quick: bool = False, models: str | None = None) -> BenchResult:
     """All models (quick: one tiny transformer) x inference/training x float32/AMP."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -304,7 +309,7 @@ def run(quick: bool = False, models: str | None = None) -> BenchResult:
         notes.append(f"{b}: {passed[b]}/{total} runs compile and match eager "
                      f"({passed[b] / total:.0%}); geomean speed-up AMP {amp:.2f}x, float32 "
                      f"{fp32:.2f}x; headline 0.75 x AMP + 0.25 x float32 = "
-                     f"{0.75 * amp + 0.25 * fp32:.2f}x")
+                     f"{headline(speedups[(b, 'amp')], speedups[(b, 'float32')]):.2f}x")
     amp_dtype = "bfloat16" if device == "cpu" else "float16"
     notes.append(f"device {device}; AMP = torch.autocast({device!r}, {amp_dtype}); training = "
                  "forward + backward + SGD step; accuracy vs eager in the same precision, max "

@@ -1,0 +1,50 @@
+import math
+
+import pytest
+import torch
+
+from ember.tools.bench import zoo
+
+
+def test_matches_uses_a_tolerance_relative_to_each_tensor():
+    ref = [torch.tensor([100.0, -50.0]), torch.tensor([1e-3])]
+    assert zoo._matches([torch.tensor([100.05, -50.0]), torch.tensor([1e-3])], ref, 1e-3)
+    assert not zoo._matches([torch.tensor([100.5, -50.0]), torch.tensor([1e-3])], ref, 1e-3)
+    assert not zoo._matches([torch.tensor([100.0, -50.0]), torch.tensor([2e-3])], ref, 1e-3)
+    assert not zoo._matches([torch.zeros(3), torch.zeros(1)], ref, 1.0)  # shape differs
+    assert not zoo._matches([torch.zeros(2)], ref, 1.0)  # an output is missing
+    assert not zoo._matches([torch.tensor([1.0, float("nan")])], [torch.ones(2)], 1.0)
+    # dicts compare by key, integer tensors exactly
+    assert zoo._matches({"b": torch.tensor([1]), "a": torch.ones(2)},
+                        {"a": torch.ones(2), "b": torch.tensor([1])}, 0.0)
+    assert not zoo._matches({"b": torch.tensor([2])}, {"b": torch.tensor([1])}, 1.0)
+
+
+def test_headline_weights_amp_three_to_one():
+    assert zoo.headline([2.0, 8.0], [1.0]) == pytest.approx(0.75 * 4.0 + 0.25 * 1.0)
+    assert math.isnan(zoo.headline([], [1.0]))
+
+
+def _tiny_mlp(quick: bool) -> zoo.Workload:
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+    return zoo.Workload(model, (x,), lambda out: out.float().pow(2).mean())
+
+
+def test_zoo_reports_every_mode_and_precision_with_accuracy(monkeypatch):
+    monkeypatch.setattr(zoo, "BACKENDS", ("ember",))
+    monkeypatch.setattr(zoo, "MODELS", {"mlp": ("test", _tiny_mlp)})
+    monkeypatch.setattr(zoo, "QUICK_MODELS", ("mlp",))
+    result = zoo.run(quick=True)
+    assert [r[:3] for r in result.rows] == [["mlp", m, p] for m in zoo.MODES
+                                            for p in zoo.PRECISIONS]
+    ok = result.columns.index("ember ok")
+    assert [r[ok] for r in result.rows] == ["yes"] * 4, result.notes
+    assert all(r[result.columns.index("ember speedup")] > 0 for r in result.rows)
+    assert result.ratio_columns() == ["ember speedup"]
+    assert "ember: 4/4 runs compile and match eager (100%)" in result.notes[0]
+
+
+def test_zoo_rejects_unknown_models():
+    with pytest.raises(ValueError, match="unknown zoo model"):
+        zoo.run(quick=True, models="nope")
