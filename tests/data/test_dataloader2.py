@@ -1,6 +1,7 @@
 """DataLoader2 with in-process and multiprocess reading services: streams, seeds, resume,
 errors and clean exit. Every blocking wait is bounded (the loader's ``timeout``)."""
 
+import functools
 import os
 import pickle
 import signal
@@ -319,3 +320,24 @@ def test_epoch_cut_short_is_drained_before_the_next():
     assert [int(g["t"][0, 0]) for g in full] == list(range(6))
     assert all(np.array_equal(g["a"], np.arange(10_000) + i) for i, g in enumerate(full))
     dl.shutdown()
+
+
+def fail_if_flag(x, flag):
+    if x == 4 and os.path.exists(flag):
+        raise ValueError("only in the first epoch")
+    return x
+
+
+def test_error_in_an_abandoned_epoch_does_not_hang_or_leak(tmp_path):
+    flag = tmp_path / "flag"
+    flag.write_text("1")
+    dp = IterableWrapper(range(8)).sharding_filter().map(
+        functools.partial(fail_if_flag, flag=str(flag)))
+    dl = DataLoader2(dp, reading_service=mp(2))
+    it = iter(dl)
+    assert next(it) == 0
+    time.sleep(0.5)  # worker 0 reaches item 4 and fails while the epoch is still open
+    flag.unlink()
+    assert list(dl) == list(range(8))  # new epoch: fresh workers, no stale error, no hang
+    dl.shutdown()
+    assert no_children() == []

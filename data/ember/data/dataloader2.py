@@ -100,6 +100,10 @@ def _describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
+class _BrokenPool(Exception):
+    """A worker failed while its epoch was being abandoned: restart the pool."""
+
+
 class _Workers:
     """Persistent worker processes (kept across epochs); items arrive through each worker's
     shared-memory slots."""
@@ -162,7 +166,9 @@ class _Workers:
                 elif msg[0] == "end":
                     self.sems[w].release()
                 elif msg[0] == "error":
-                    self._handle(w, msg)
+                    # The failure belongs to the abandoned epoch; the worker now only
+                    # accepts "stop", so the pool is replaced rather than reset.
+                    raise _BrokenPool(msg[2])
                 elif msg[0] == "reset" and msg[1] == self._token:
                     break
         self.epoch = None
@@ -494,6 +500,9 @@ class DataLoader2:
                     self._close_pool()
                 else:
                     epoch.close()
+            except _BrokenPool as e:
+                log.info("a worker failed in an abandoned epoch (%s); restarting workers", e)
+                self._close_pool()
             except BaseException:
                 self._close_pool()
                 raise
