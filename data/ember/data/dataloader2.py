@@ -158,7 +158,10 @@ class _Workers:
             self.cmds[w].send(("reset", self._token))
         for w in range(self.n):
             while True:
-                msg = self._recv(w)
+                try:
+                    msg = self._recv(w)
+                except RuntimeError as e:  # died or timed out: replace the pool
+                    raise _BrokenPool(str(e)) from e
                 if msg[0] == "item":
                     if msg[5] is not None:  # a new slot buffer: the reader must still map it
                         self.readers[w].slots[msg[4]] = pickle.loads(msg[5])
