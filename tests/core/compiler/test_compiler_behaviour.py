@@ -175,3 +175,12 @@ def test_output_code_and_refused_fusions_are_logged(ecompile, captured):
     text = "\n".join(code)
     assert 'extern "C" void kernel' in text and "#pragma omp" in text and "def call(args)" in text
     assert any("not fusing" in m for m in refusals)
+
+
+def test_prim_table_in_the_docs_matches_the_code():
+    from pathlib import Path
+
+    from ember.core.compiler import prims
+
+    readme = Path(prims.__file__).with_name("README.md").read_text()
+    assert prims.table_markdown() in readme

@@ -96,7 +96,7 @@ def _compile(gm: GraphModule):
         lib = build.load(tu)
         for k, (_, spec) in zip(kernels, sources):
             libs[k.name] = (ctypes_function(lib, k.name, spec), spec)
-    src, globs = WrapperBuilder(g.inputs, g.constants, g.outputs).generate(steps, libs)
+    src, globs = WrapperBuilder(g.inputs, g.constants, g.outputs).generate(steps, libs, buffers)
     if output_log.isEnabledFor(logging.INFO):
         output_log.info("generated C++:\n%s\nwrapper:\n%s", tu, src)
     codegen_log.info("graph: %d IR nodes -> %d kernels, %d externs", len(g.nodes),

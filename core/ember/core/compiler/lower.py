@@ -54,6 +54,7 @@ EXTERN_OPS = {
     aten.argmin, aten.max, aten.min, aten.cumsum, aten.scaled_dot_product_attention,
     aten._scaled_dot_product_flash_attention_for_cpu,
     aten._scaled_dot_product_flash_attention_for_cpu_backward, aten.randint, aten.randperm,
+    aten.copy_,  # input mutations AOTAutograd keeps in inference graphs
 }
 LOWERINGS: dict = {}
 # Prims worth storing rather than recomputing when a value has several readers.

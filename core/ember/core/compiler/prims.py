@@ -135,9 +135,11 @@ static inline uint16_t e_f_to_bf16(float f) {
 
 
 def table_markdown() -> str:
-    """The prim set as a Markdown table (for the docs)."""
+    """The prim set as a Markdown table (for the docs); ``|`` escaped for table cells."""
+    def esc(text: str) -> str:
+        return text.replace("|", "\\|")
     rows = ["| prim | arity | kind | C++ |", "|---|---|---|---|"]
-    rows += [f"| {n} | {a} | {k} | `{t}` |" for n, (a, k, t) in PRIMS.items()]
-    rows += [f"| {n} (reduction) | 1 | reduction | `{op}` from {init} |"
+    rows += [f"| {n} | {a} | {k} | `{esc(t)}` |" for n, (a, k, t) in PRIMS.items()]
+    rows += [f"| {n} (reduction) | 1 | reduction | `{esc(op)}` from {init} |"
              for n, (op, init) in REDUCTIONS.items()]
     return "\n".join(rows)

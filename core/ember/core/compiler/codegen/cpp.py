@@ -313,6 +313,56 @@ def _update(body: _Body, it, acc: str, v: str) -> None:
             body.line(f"{nan} |= ({v} != {v});")
 
 
+def _invariant(e, rset: set, memo: dict) -> bool:
+    """``e`` does not depend on the inner loop variables ``rset``."""
+    if e in memo:
+        return memo[e]
+    kind = e[0]
+    if kind == "load":
+        out = not (e[3].free_symbols & rset)
+    elif kind == "index":
+        out = not (e[2].free_symbols & rset)
+    elif kind == "cast":
+        out = _invariant(e[2], rset, memo)
+    elif kind == "op":
+        out = all([_invariant(a, rset, memo) for a in e[3:]])
+    else:
+        out = True
+    memo[e] = out
+    return out
+
+
+def _hoist(body: _Body, items, rset: set) -> None:
+    """Emit loop-invariant sub-expressions before the inner loop; divisions by an invariant
+    become multiplications by its reciprocal (what eager's softmax / norms do)."""
+    memo: dict = {}
+
+    def rewrite(e):
+        if e[0] == "cast":
+            return ("cast", e[1], rewrite(e[2]))
+        if e[0] != "op":
+            return e
+        args = tuple(rewrite(a) for a in e[3:])
+        if e[2] == "truediv" and e[1].is_floating_point and _invariant(args[1], rset, memo) \
+                and not _invariant(args[0], rset, memo):
+            return ("op", e[1], "mul", args[0], ("op", e[1], "reciprocal", args[1]))
+        return ("op", e[1], e[2], *args)
+
+    def visit(e):
+        if e[0] in ("op", "cast", "load") and _invariant(e, rset, memo):
+            body.expr(e)
+        elif e[0] == "cast":
+            visit(e[2])
+        elif e[0] == "op":
+            for a in e[3:]:
+                visit(a)
+
+    for it in items:
+        if rset:
+            it.expr = rewrite(it.expr)
+            visit(it.expr)
+
+
 def _emit_stage(body: _Body, st, buffers, stored, inner_parallel: bool, cond: str) -> None:
     reds = [it for it in st.items if it.kind == "reduce"]
     if st.kind == "scalar":
@@ -331,6 +381,7 @@ def _emit_stage(body: _Body, st, buffers, stored, inner_parallel: bool, cond: st
             clauses.append(f"reduction(|:{it.var}_nan)")
     red = (" " + " ".join(clauses)) if clauses else ""
     rs = ir.index_vars("r", len(st.rsizes))
+    _hoist(body, st.items, set(rs))
     saved = []
     for d, (r, s) in enumerate(zip(rs, st.rsizes)):
         innermost = d == len(rs) - 1

@@ -13,7 +13,7 @@ import sympy
 import torch
 
 from ember.core.compiler.codegen.cpp import index_str
-from ember.core.compiler.ir import Buffer, Extern, StridedView, Unsupported
+from ember.core.compiler.ir import Buffer, Extern, StridedView, Unsupported, walk
 from ember.core.compiler.schedule import Kernel
 
 
@@ -97,7 +97,7 @@ class WrapperBuilder:
             return repr(a) if a == a and abs(a) != float("inf") else self._const(a)
         return self._const(a)
 
-    def generate(self, steps: list, libs: dict) -> tuple[str, dict]:
+    def generate(self, steps: list, libs: dict, buffers: dict) -> tuple[str, dict]:
         self._bind()
         last_use: dict[str, int] = {}
         for i, step in enumerate(steps):
@@ -114,12 +114,22 @@ class WrapperBuilder:
                 aliasing = any(r.alias_info is not None for r in step.op._schema.returns)
                 if aliasing:
                     reusable -= {b.name for b in step.reads}
+                else:  # fresh tensors: their memory may serve later kernels
+                    reusable |= {b.name for b in step.outs if b is not None and b.name not in
+                                 out_names and b.name in last_use}
             else:
                 fn, arg_spec = libs[step.name]
+                inplace = _inplace_candidates(step, {n for n in reusable if last_use[n] == i},
+                                              buffers)
                 for b in step.outputs:
                     self._need(b.size + b.stride)
                     key = f"{_tup(b.size)}{_tup(b.stride)}{b.dtype}"
-                    if pool.get(key):
+                    src = inplace.get(b.name)
+                    if src is not None and f"{_tup(src.size)}{_tup(src.stride)}{src.dtype}" == key:
+                        self.lines.append(f"{b.name} = {src.name}  # in place")
+                        reusable.discard(src.name)
+                        inplace = {k: v for k, v in inplace.items() if v is not src}
+                    elif pool.get(key):
                         self.lines.append(f"{b.name} = {pool[key].pop()}  # reuse")
                     else:
                         self.lines.append(f"{b.name} = _empty({_tup(b.size)}, "
@@ -148,10 +158,10 @@ class WrapperBuilder:
     @staticmethod
     def _buffer(steps, name):
         for s in steps:
-            if isinstance(s, Kernel):
-                for b in s.outputs:
-                    if b.name == name:
-                        return b
+            outs = s.outs if isinstance(s, Extern) else s.outputs
+            for b in outs:
+                if b is not None and b.name == name:
+                    return b
         raise KeyError(name)
 
     def _extern(self, step: Extern) -> None:
@@ -170,6 +180,26 @@ class WrapperBuilder:
             if b is not None and b.size:
                 self._need(b.size + b.stride)
                 self.lines.append(f"{b.name} = _fix({b.name}, {_tup(b.size)}, {_tup(b.stride)})")
+
+
+def _inplace_candidates(k: Kernel, dying: set, buffers: dict) -> dict:
+    """Outputs that may overwrite a buffer dying in this kernel: in a single pointwise loop,
+    the dying buffer is read by that output's item alone, only at the element it stores."""
+    if len(k.stages) != 1 or any(it.kind != "store" for it in k.stages[0].items):
+        return {}
+    readers: dict[str, list] = {}
+    for it in k.stages[0].items:
+        for src in {x[2] for x in walk(it.expr) if x[0] == "load" and x[2] in dying}:
+            idx = {x[3] for x in walk(it.expr) if x[0] == "load" and x[2] == src}
+            readers.setdefault(src, []).append((it, idx))
+    stored = {b.name for b in k.outputs}
+    out = {}
+    for src, users in readers.items():
+        if len(users) == 1:
+            it, idx = users[0]
+            if it.node.buf.name in stored and it.node.buf.name not in out and idx == {it.index}:
+                out[it.node.buf.name] = buffers[src]
+    return out
 
 
 def _kernel_args(libs, k: Kernel):
