@@ -144,13 +144,6 @@ class _FunctionalMixin:
                              f"{cls.functions[name].__name__}")
         cls.functions[name] = pipe_cls
 
-    # Pipes are configuration, not iteration state: pickling one never includes an iterator.
-    def __getstate__(self):
-        return self.__dict__.copy()
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-
 
 class IterDataPipe(_FunctionalMixin, torch.utils.data.IterableDataset):
     """An iterable pipe; ``iter(pipe)`` returns a checkpointable :class:`PipeIterator`.
