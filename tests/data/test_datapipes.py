@@ -86,6 +86,9 @@ def test_combining_pipes():
 def test_fork_and_demux():
     x, y = R.fork(2)
     assert list(x.zip(y)) == [(i, i) for i in range(10)]
+    x, y = IterableWrapper([[1]]).fork(2, copy="deep")
+    (a, b), = x.zip(y)
+    assert a == b and a is not b
     x, y = R.fork(2, buffer_size=3)
     assert list(x.header(2)) == [0, 1]
     with pytest.raises(BufferError, match="buffer_size=3"):

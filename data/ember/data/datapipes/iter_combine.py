@@ -6,6 +6,7 @@ independent instances of the graph never share it.
 
 from __future__ import annotations
 
+import copy as _copy
 from collections import deque
 from collections.abc import Callable
 
@@ -19,9 +20,16 @@ class _Hub(IterDataPipe):
     """The shared source behind fork/demux children (a graph node, so traversal sees it)."""
 
     def __init__(self, source: IterDataPipe, num_instances: int, buffer_size: int,
-                 classifier_fn: Callable | None, drop_none: bool) -> None:
+                 classifier_fn: Callable | None, drop_none: bool, copy: str | None = None) -> None:
+        if copy not in (None, "shallow", "deep"):
+            raise ValueError(f"copy must be None, 'shallow' or 'deep', got {copy!r}")
         self.source, self.num_instances, self.buffer_size = source, num_instances, buffer_size
-        self.classifier_fn, self.drop_none = classifier_fn, drop_none
+        self.classifier_fn, self.drop_none, self.copy = classifier_fn, drop_none, copy
+
+    def copy_item(self, item):
+        if self.copy == "shallow":
+            return _copy.copy(item)
+        return _copy.deepcopy(item) if self.copy == "deep" else item
 
     def _iterator(self) -> PipeIterator:
         raise TypeError("the buffer behind fork()/demux() is not iterable; iterate its children")
@@ -61,7 +69,7 @@ class _HubState:
                 continue
             targets = range(self.hub.num_instances) if k is None else (k,)
             for t in targets:
-                self.buffers[t].append(item)
+                self.buffers[t].append(self.hub.copy_item(item) if k is None else item)
                 limit = self.hub.buffer_size
                 if t != child and limit >= 0 and len(self.buffers[t]) > limit:
                     raise BufferError(f"{'fork' if k is None else 'demux'} buffer of child {t} "
@@ -115,7 +123,8 @@ def _check_instances(num_instances: int) -> None:
 
 @functional_datapipe("fork")
 class Forker(IterDataPipe):
-    """``fork(n)`` returns ``n`` children that each yield every item of the source."""
+    """``fork(n)`` returns ``n`` children that each yield every item of the source (each
+    child's own ``copy.copy`` / ``copy.deepcopy`` of it with ``copy="shallow"`` / ``"deep"``)."""
 
     def __new__(cls, datapipe: IterDataPipe, num_instances: int, buffer_size: int = 1000,
                 copy=None):
@@ -123,7 +132,7 @@ class Forker(IterDataPipe):
         _check_instances(num_instances)
         if num_instances == 1:
             return datapipe
-        hub = _Hub(datapipe, num_instances, buffer_size, None, False)
+        hub = _Hub(datapipe, num_instances, buffer_size, None, False, copy)
         return [_Child(hub, i) for i in range(num_instances)]
 
 
