@@ -184,3 +184,24 @@ def test_prim_table_in_the_docs_matches_the_code():
 
     readme = Path(prims.__file__).with_name("README.md").read_text()
     assert prims.table_markdown() in readme
+
+
+def test_dynamic_training_compiles_forward_and_backward_once(ecompile):
+    import copy
+
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 10))
+    ref = copy.deepcopy(model)
+    step = ecompile(lambda x, y: F.cross_entropy(model(x), y), dynamic=True)
+    before = backend.stats["graphs_compiled"]
+    for batch in (4, 7, 13):
+        x, y = torch.randn(batch, 16), torch.randint(0, 10, (batch,))
+        model.zero_grad()
+        ref.zero_grad()
+        step(x, y).backward()
+        F.cross_entropy(ref(x), y).backward()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4)
+    assert backend.stats["graphs_compiled"] - before == 2  # one forward, one backward
