@@ -92,39 +92,63 @@ _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
-def _single_thread_run(fn: Callable[[int], None], indices: range) -> None:
+_state = threading.local()
+
+
+def _single_thread_run(fn: Callable[[int], None], indices) -> None:
     torch.set_num_threads(1)
-    for i in indices:
-        fn(i)
+    _state.busy = True
+    try:
+        for i in indices:
+            fn(i)
+    finally:
+        _state.busy = False
+
+
+class _Counter:
+    """A shared work queue of 0..n-1: threads take the next index (dynamic scheduling keeps
+    every thread busy when the machine is shared)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.next, self.lock = n, 0, threading.Lock()
+
+    def __iter__(self):
+        while True:
+            with self.lock:
+                i = self.next
+                self.next += 1
+            if i >= self.n:
+                return
+            yield i
 
 
 def per_image_parallel(fn: Callable[[int], None], n: int) -> None:
-    """Run ``fn(i)`` for i < n on worker threads with one intra-op thread each, images
-    spread over torch's thread count (small per-image kernels lose badly to OpenMP
-    spin-waits and team resizing otherwise; the caller's thread settings are untouched)."""
+    """Run ``fn(i)`` for i < n on torch's thread count of threads (the caller's included),
+    one intra-op thread each: small per-image kernels lose badly to OpenMP spin-waits and
+    team wake-ups otherwise. The caller's thread setting is restored."""
     global _pool
     if n <= 0:
         return
     prev = torch.get_num_threads()
-    if torch.compiler.is_compiling() or threading.current_thread().name.startswith(
-            "ember-vision"):
-        for i in range(n):  # traced, or already on a pool thread (nesting would deadlock)
+    if torch.compiler.is_compiling() or getattr(_state, "busy", False):
+        for i in range(n):  # traced, or nested inside a parallel run: stay on this thread
             fn(i)
         return
     workers = max(1, min(prev, n))
-    if workers == 1:  # one piece of work: no hand-off to a pool thread
-        try:
-            _single_thread_run(fn, range(n))
-        finally:
-            torch.set_num_threads(prev)
-        return
-    with _pool_lock:
-        if _pool is None or _pool._max_workers < workers:
-            _pool = ThreadPoolExecutor(max(workers, prev), thread_name_prefix="ember-vision")
+    work = _Counter(n)
     try:
-        futures = [_pool.submit(_single_thread_run, fn, range(k, n, workers))
-                   for k in range(workers)]
-        for f in futures:
-            f.result()
+        if workers == 1:  # no hand-off to a pool thread
+            _single_thread_run(fn, work)
+            return
+        with _pool_lock:
+            if _pool is None or _pool._max_workers < workers - 1:
+                _pool = ThreadPoolExecutor(max(workers - 1, prev - 1),
+                                           thread_name_prefix="ember-vision")
+        futures = [_pool.submit(_single_thread_run, fn, work) for _ in range(workers - 1)]
+        try:
+            _single_thread_run(fn, work)
+        finally:
+            for f in futures:
+                f.result()
     finally:
-        torch.set_num_threads(prev)  # the default for threads started later
+        torch.set_num_threads(prev)  # also the default for threads started later
