@@ -30,7 +30,7 @@ from ember.core.nn.attention_math import repeat_kv
 BLOCK_Q = 128
 BLOCK_K = 2048
 # Problems with at least this many score elements (heads * L * S) spread over all workers.
-THREADED_MIN_ELEMENTS = 1 << 22
+THREADED_MIN_ELEMENTS = 1 << 18
 
 _NEG_INF = float("-inf")
 _pool_lock = threading.Lock()

@@ -35,7 +35,7 @@ def _batch_shape(query, key, value) -> tuple[int, ...]:
                          f"{[tuple(s) for s in shapes]}") from None
 
 
-def _validate(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> None:
+def _validate(query, key, value, attn_mask, dropout_p, is_causal, scale) -> None:
     for name, t in (("query", query), ("key", key), ("value", value)):
         _check_tensor(name, t)
     if not (query.dtype == key.dtype == value.dtype):
@@ -106,7 +106,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     Shapes: query ``[..., H, L, E]``, key ``[..., Hkv, S, E]``, value ``[..., Hkv, S, Ev]``
     -> ``[..., H, L, Ev]``; ``Hkv`` may divide ``H`` when ``enable_gqa=True``.
     """
-    _validate(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    _validate(query, key, value, attn_mask, dropout_p, is_causal, scale)
     heads, kv_heads = _heads(query), _heads(key)
     if _heads(value) != kv_heads:
         raise ValueError(f"value must have key's {kv_heads} heads, got shape {tuple(value.shape)}")
