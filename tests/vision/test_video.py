@@ -95,6 +95,22 @@ def test_errors(tmp_path, monkeypatch):
         V.write_video(str(tmp_path / "x.mp4"), torch.zeros(2, 8, 8, 3), fps=0)
 
 
+def test_truncated_and_garbled_files_fail_cleanly(clip, tmp_path):
+    data = open(clip, "rb").read()
+    cut = tmp_path / "cut.mp4"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(RuntimeError):
+        V.read_video(str(cut))
+    with pytest.raises(RuntimeError):
+        V.VideoReader(str(cut))
+    garbled = bytearray(data)
+    garbled[len(data) // 2: len(data) // 2 + 100] = bytes(100)
+    bad = tmp_path / "garbled.mp4"
+    bad.write_bytes(bytes(garbled))
+    video, _, _ = V.read_video(str(bad))  # decodes what it can, no crash or hang
+    assert video.dtype == torch.uint8 and video.shape[1:] == (32, 48, 3)
+
+
 def test_missing_binary_says_how_to_install(monkeypatch):
     import imageio_ffmpeg
 
