@@ -562,8 +562,15 @@ def reduce(ctx: Ctx, x, dims, keepdim: bool, rtype: str, out_dtype: torch.dtype,
             idx[d] = v
         return cast(x.load(idx), acc_dtype)
 
-    buf = ctx.graph.new_buffer(out_dtype, outer)
-    ctx.graph.add(Reduction(buf, rsizes, rtype, acc_dtype, fn))
+    # the same reduction of the same value (e.g. the two means in layer_norm's decomposition)
+    key = (id(x), tuple(dims), rtype, out_dtype, acc_dtype)
+    hit = ctx.graph.reductions.get(key)
+    if hit is not None and hit[0] is x:
+        buf = hit[1]
+    else:
+        buf = ctx.graph.new_buffer(out_dtype, outer)
+        ctx.graph.add(Reduction(buf, rsizes, rtype, acc_dtype, fn))
+        ctx.graph.reductions[key] = (x, buf)
     view = StridedView.of(buf)
     if keepdim:
         it = iter(view.stride)
@@ -640,6 +647,7 @@ class GraphLowering:
         self.constants: dict[str, torch.Tensor] = {}
         self.outputs: list = []
         self.fallback_ops: list[str] = []
+        self.reductions: dict = {}  # (value id, dims, type, dtypes) -> (value, buffer)
         self._count = 0
         self.env: dict[FxNode, object] = {}
 
