@@ -14,9 +14,10 @@ from ember.vision.io.image import (
     write_jpeg,
     write_png,
 )
+from ember.vision.video import VideoReader, read_video, read_video_timestamps, write_video
 
 __all__ = [
     "ImageReadMode", "decode_gif", "decode_image", "decode_jpeg", "decode_png", "decode_webp",
     "encode_jpeg", "encode_png", "read_file", "read_image", "write_file", "write_jpeg",
-    "write_png",
+    "write_png", "VideoReader", "read_video", "read_video_timestamps", "write_video",
 ]
