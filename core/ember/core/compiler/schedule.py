@@ -45,6 +45,7 @@ class Kernel:
     stages: list
     nodes: list
     stored: set = field(default_factory=set)
+    must_store: set = field(default_factory=set)  # read outside the kernel or graph outputs
 
     @property
     def outputs(self) -> list:
@@ -141,6 +142,7 @@ def _finalize(k: Kernel, must_store: set[str]) -> Kernel:
         for it in st.items:
             loaded |= {ld[2] for ld in _loads(it.expr)}
     k.stored = {n.buf.name for n in k.nodes if n.buf.name in must_store or n.buf.name in loaded}
+    k.must_store = {n.buf.name for n in k.nodes if n.buf.name in must_store}
     if all(isinstance(n, Pointwise) for n in k.nodes) and len(k.stages) == 1 \
             and k.stages[0].kind == "loop":
         _collapse(k)

@@ -93,6 +93,7 @@ class _Body:
         self.count = 0
         self.bufs = kernel_bufs
         self.names: dict[str, str] = {}  # variable -> how to reference it (accumulator slots)
+        self.local: dict[str, list] = {}  # row-local scratch buffers -> outer loop variables
 
     def line(self, s: str) -> None:
         self.lines.append("  " * self.depth + s)
@@ -107,6 +108,16 @@ class _Body:
         self.line("}")
         self.memo = saved
 
+    def index(self, name: str, index):
+        """Index into ``name``; a row-local scratch buffer drops the outer-loop part."""
+        if name in self.local:
+            return index.xreplace({x: 0 for x in self.local[name]})
+        return index
+
+    def store(self, buf, index, value: str, stored) -> None:
+        if buf.name in stored or buf.name in self.local:
+            self.line(_store(buf, self.index(buf.name, index), value))
+
     def expr(self, e) -> str:
         if e in self.memo:
             return self.memo[e]
@@ -117,7 +128,7 @@ class _Body:
             return self.names.get(e[2], e[2])
         if kind == "load":
             store = self.bufs[e[2]].dtype
-            ref = f"{e[2]}[{index_str(e[3])}]"
+            ref = f"{e[2]}[{index_str(self.index(e[2], e[3]))}]"
             if store == torch.bfloat16:
                 s = f"e_bf16_to_f({ref})"
             elif store == torch.float16:
@@ -160,8 +171,30 @@ def _static(e):
     return int(e) if e.is_Integer else None
 
 
+LOCAL_MAX = 1 << 14  # elements of a row-local scratch buffer (on the stack)
+LOCAL_BYTES = 1 << 18  # all scratch buffers of one kernel
+
+
+def _row_locals(k: Kernel) -> dict:
+    """Buffers only this kernel reads, written and re-read within one outer iteration:
+    they live in a per-row scratch array instead of memory the size of the tensor."""
+    if not k.outer or _column_major(k):
+        return {}
+    out = {}
+    for st in k.stages:
+        n = _static(ir.numel(st.rsizes)) if st.kind == "loop" else None
+        for it in st.items:
+            name = it.kind == "store" and it.node.buf.name
+            if name and name in k.stored and name not in k.must_store and n and \
+                    n <= LOCAL_MAX and (sum(out.values()) + n) * 8 <= LOCAL_BYTES:
+                out[name] = n
+    return out
+
+
 def kernel_source(k: Kernel, buffers: dict) -> tuple[str, list]:
     """C++ source of one kernel and its argument list: ("buf", name) / ("sym", symbol)."""
+    local = _row_locals(k)
+    k.stored -= set(local)
     xs = ir.index_vars("x", len(k.outer))
     loop_syms = set(xs)
     read, free = set(), set()
@@ -182,6 +215,7 @@ def kernel_source(k: Kernel, buffers: dict) -> tuple[str, list]:
         free |= sympy.sympify(s).free_symbols
     free -= loop_syms
     stored = [b.name for b in k.outputs]
+    read -= set(local)
     bufs = sorted(read - set(stored)) + stored
     syms = sorted(free, key=lambda s: s.name)
     params = [f"const {CTYPES[buffers[b].dtype]}* __restrict__ {b}" for b in sorted(
@@ -189,6 +223,7 @@ def kernel_source(k: Kernel, buffers: dict) -> tuple[str, list]:
     params += [f"{CTYPES[buffers[b].dtype]}* __restrict__ {b}" for b in stored]
     params += [f"int64_t {s.name}" for s in syms]
     body = _Body(buffers)
+    body.local = {name: xs for name in local}
 
     outer_n = ir.numel(k.outer)
     inner_n = sum((ir.numel(st.rsizes) for st in k.stages), sympy.Integer(0))
@@ -208,6 +243,8 @@ def kernel_source(k: Kernel, buffers: dict) -> tuple[str, list]:
             body.line(f"#pragma omp parallel for collapse({len(k.outer)}){cond}")
         for x, s in zip(xs, k.outer):
             saved_outer.append(body.open(f"for (int64_t {x} = 0; {x} < {index_str(s)}; ++{x})"))
+        for name, n in local.items():
+            body.line(f"{CTYPES[buffers[name].dtype]} {name}[{n}];")
     inner_parallel = par and not outer_parallel
     for st in k.stages:
         _emit_stage(body, st, buffers, k.stored, inner_parallel, cond)
@@ -368,8 +405,7 @@ def _emit_stage(body: _Body, st, buffers, stored, inner_parallel: bool, cond: st
     if st.kind == "scalar":
         for it in st.items:
             v = body.expr(it.expr)
-            if it.node.buf.name in stored:
-                body.line(_store(it.node.buf, it.index, v))
+            body.store(it.node.buf, it.index, v, stored)
         return
     clauses = []
     for it in reds:
@@ -394,8 +430,7 @@ def _emit_stage(body: _Body, st, buffers, stored, inner_parallel: bool, cond: st
     for it in st.items:
         v = body.expr(it.expr)
         if it.kind == "store":
-            if it.node.buf.name in stored:
-                body.line(_store(it.node.buf, it.index, v))
+            body.store(it.node.buf, it.index, v, stored)
             continue
         _update(body, it, it.var, v)
     for s in reversed(saved):
