@@ -315,6 +315,8 @@ def run(quick: bool = False, models: str | None = None) -> BenchResult:
                  "forward + backward + SGD step; accuracy vs eager in the same precision, max "
                  "|diff| relative to the tensor's largest |value|: "
                  + ", ".join(f"{p} {m} {t:g}" for (p, m), t in TOLERANCE.items()))
+    notes.append(f"models: {', '.join(names)}"
+                 + ("" if quick or set(names) == set(MODELS) else " (a subset: EMBER_ZOO_MODELS)"))
     notes.append("speedup = eager median / backend median (round-robin, same process); geomeans "
                  "over the runs that matched; compile s = first call, dynamo reset, on-disk "
                  "kernel caches as found; 'ember fallback graphs' = graphs Ember ran in eager "
