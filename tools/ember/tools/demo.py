@@ -313,10 +313,10 @@ def main(quick: bool = False) -> int:
     print()
     print(f"demo finished in {time.perf_counter() - start:.0f} s.")
     print("How to read it: ratio > 1 means the compiled model is faster. Both models spend most "
-          "of their time in convolutions, which run as the same "
-          "ATen calls eagerly and compiled; what ember.core.compile changes is the elementwise and "
-          "normalisation work around them (batch norm, ReLU, residual adds, the log of the mel "
-          "spectrogram), fused into generated C++ kernels. Timings on a shared machine move by tens of "
-          "percent between runs. EMBER_LOGS=+schedule,output_code shows the generated kernels; "
-          "docs/compiler.md explains the stages.")
+          "of their time in convolutions, which run as the same ATen calls eagerly and compiled; "
+          "what ember.core.compile changes is the elementwise and normalisation work around them "
+          "(batch norm, ReLU, residual adds, the log of the mel spectrogram), fused into "
+          "generated C++ kernels. Timings on a shared machine move by tens of percent between "
+          "runs. EMBER_LOGS=+schedule,output_code shows the generated kernels; docs/compiler.md "
+          "explains the stages.")
     return 0
