@@ -107,5 +107,6 @@ def _progress_bar(total: int, enabled: bool):
         from tqdm import tqdm
     except ImportError:
         return _LineProgress(total, enabled)
-    return tqdm(total=total, unit="bench", file=sys.stderr, disable=not enabled,
+    # disable=None: tqdm draws only on a terminal, so CI logs get no carriage-return noise
+    return tqdm(total=total, unit="bench", file=sys.stderr, disable=None if enabled else True,
                 dynamic_ncols=True, leave=False)
