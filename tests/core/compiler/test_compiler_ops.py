@@ -121,8 +121,8 @@ def test_reductions(ecompile, matches, dtype):
 
 
 def test_large_parallel_reductions(ecompile, matches):
-    x = torch.randn(300_000, dtype=torch.float64)
-    y = torch.randn(512, 300)
+    x = torch.randn(600_000, dtype=torch.float64)  # above the OpenMP threshold
+    y = torch.randn(1024, 600)
     f = lambda x, y: (x.sum(), x.amax(), (x * 2).mean(), y.sum(-1), y.sum(0), y - y.mean())
     matches(ecompile(f)(x, y), f(x, y), atol=1e-4, rtol=1e-5)
 

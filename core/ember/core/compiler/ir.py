@@ -181,6 +181,8 @@ class Lazy(TensorValue):
     fn: Callable[[Sequence], Expr]
     realized: StridedView | None = None
     realized_at: int = -1
+    source: StridedView | None = None  # set when this value is an exact copy of a view
+    permuted: tuple | None = None  # (lazy value, dims) when this is a permutation of one
 
     def load(self, index: Sequence) -> Expr:
         if self.realized is not None and self.realized_at < _reader[0]:

@@ -291,7 +291,10 @@ def _convert(ctx, x, *args, **kwargs):
     dtype, size = ctx.dtype, ctx.size
     if ctx.node.target._overloadpacket in (aten.alias,) and isinstance(x, StridedView):
         return x
-    return Lazy(dtype, size, lambda i: cast(x.load(i), dtype))
+    out = Lazy(dtype, size, lambda i: cast(x.load(i), dtype))
+    if isinstance(x, StridedView) and x.dtype == dtype:
+        out.source = x
+    return out
 
 
 @register(aten.copy)
@@ -355,8 +358,10 @@ def _permute(ctx, x, dims):
     inv = [0] * len(dims)
     for k, d in enumerate(dims):
         inv[d] = k
-    return Lazy(x.dtype, [x.size[d] for d in dims], lambda i: x.load([i[inv[j]] for j in
-                                                                      range(len(dims))]))
+    out = Lazy(x.dtype, [x.size[d] for d in dims], lambda i: x.load([i[inv[j]] for j in
+                                                                     range(len(dims))]))
+    out.permuted = (x, dims)
+    return out
 
 
 @register(aten.t)
@@ -766,7 +771,19 @@ class GraphLowering:
     def _extern(self, node: FxNode, args, kwargs, fallback: bool):
         reads: list[Buffer] = []
 
+        schema = getattr(node.target, "_schema", None)
+        pure = schema is not None and not any(
+            x.alias_info is not None for x in [*schema.arguments, *schema.returns])
+
         def conv(a):
+            if pure and isinstance(a, Lazy) and a.realized is None and a.source is not None:
+                a = a.source  # ATen takes any strides: skip the copy (e.g. mm of a clone)
+            if pure and isinstance(a, Lazy) and a.realized is None and a.permuted is not None:
+                inner, dims = a.permuted  # store in natural order, hand ATen a permuted view
+                v = self.realize(inner)
+                reads.append(v.buf)
+                return StridedView(v.buf, [v.size[d] for d in dims], [v.stride[d] for d in dims],
+                                   v.offset)
             if isinstance(a, TensorValue):
                 v = self.realize(a)
                 reads.append(v.buf)

@@ -124,7 +124,35 @@ def build(nodes: list, outer: list, name: str = "kernel") -> Kernel:
             stage.items.append(Item("store", node, expr, index))
             produced[node.buf.name] = ("scalar" if kind == "scalar" else "loop", here, index,
                                        expr)
+    if len(nodes) > 1 and outer:
+        _check_orientation(stages, xs[-1])
     return Kernel(name, list(outer), stages, list(nodes))
+
+
+def _orientation(expr, x_last, r_last) -> set:
+    out = set()
+    for ld in _loads(expr):
+        e = sympy.expand(ld[3])
+        if r_last is not None and sympy.diff(e, r_last) == 1:
+            out.add("row")
+        elif sympy.diff(e, x_last) == 1:
+            out.add("column")
+    return out
+
+
+def _check_orientation(stages, x_last) -> None:
+    """Refuse to mix loops that walk memory along the reduction index (rows) with loops
+    that walk it along the outer index (columns): one of them would run strided."""
+    seen = set()
+    for st in stages:
+        r_last = ir.index_vars("r", len(st.rsizes))[-1] if st.rsizes else None
+        for it in st.items:
+            o = _orientation(it.expr, x_last, r_last)
+            if it.index is not None and r_last is not None:
+                o |= _orientation(("load", None, "", it.index), x_last, r_last)
+            seen |= o
+    if len(seen) > 1:
+        raise Refused("mixes row-contiguous and column-contiguous loops")
 
 
 def _outer_for(nodes: list) -> list:
