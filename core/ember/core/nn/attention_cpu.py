@@ -38,6 +38,24 @@ _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 
 
+_scratch = threading.local()
+
+
+def _tile_buffer(slot: int, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    """A per-thread reusable tile (fresh tiles of ~1 MB each cost page faults every time)."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    key = (slot, like.dtype, like.device)
+    buffers = getattr(_scratch, "buffers", None)
+    if buffers is None:
+        buffers = _scratch.buffers = {}
+    buf = buffers.get(key)
+    if buf is None or buf.numel() < numel:
+        buf = buffers[key] = torch.empty(numel, dtype=like.dtype, device=like.device)
+    return buf[:numel].view(shape)
+
+
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -143,9 +161,11 @@ class _Tiles:
         end = min(self.length_k, i1) if self.is_causal else self.length_k
         return [(j0, min(end, j0 + self.block_k)) for j0 in range(0, end, self.block_k)]
 
-    def scores(self, h0: int, h1: int, i0: int, i1: int, j0: int, j1: int) -> torch.Tensor:
-        """Scaled, masked ``q k^T`` tile ``[h1-h0, i1-i0, j1-j0]``."""
-        s = torch.bmm(self.q[h0:h1, i0:i1], self.k[h0:h1, j0:j1].transpose(1, 2))
+    def scores(self, h0: int, h1: int, i0: int, i1: int, j0: int, j1: int,
+               slot: int = 0) -> torch.Tensor:
+        """Scaled, masked ``q k^T`` tile ``[h1-h0, i1-i0, j1-j0]`` in this thread's buffer."""
+        s = _tile_buffer(slot, (h1 - h0, i1 - i0, j1 - j0), self.q)
+        torch.bmm(self.q[h0:h1, i0:i1], self.k[h0:h1, j0:j1].transpose(1, 2), out=s)
         if self.is_causal and j1 - 1 > i0:
             rows = torch.arange(i0, i1, device=s.device)[:, None]
             cols = torch.arange(j0, j1, device=s.device)[None, :]
@@ -190,10 +210,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.
         h0, h1, i0, i1 = u
         parts, lses = [], []
         for j0, j1 in t.key_blocks(i1):
-            s = t.scores(h0, h1, i0, i1, j0, j1)
-            tile_max = s.amax(dim=-1, keepdim=True)
-            p = torch.softmax(s, dim=-1)
-            del s
+            p = t.scores(h0, h1, i0, i1, j0, j1)
+            tile_max = p.amax(dim=-1, keepdim=True)
+            torch.ops.aten._softmax.out(p, -1, False, out=p)  # in place, row by row
             # lse of the tile = max - log(max p); rows with every key masked get -inf and 0.
             tile_lse = tile_max - torch.log(p.amax(dim=-1, keepdim=True))
             keep = t.dropout(h0, h1, i0, i1, j0, j1)
@@ -250,7 +269,8 @@ def backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
             keep = t.dropout(h0, h1, i0, i1, j0, j1)
             p_dropped = p if keep is None else p * keep
             dv[h0:h1, j0:j1].baddbmm_(p_dropped.transpose(1, 2), go_i)
-            dp = torch.bmm(go_i, t.v[h0:h1, j0:j1].transpose(1, 2))
+            dp = _tile_buffer(1, p.shape, p)
+            torch.bmm(go_i, t.v[h0:h1, j0:j1].transpose(1, 2), out=dp)
             if keep is not None:
                 dp.mul_(keep)
             ds = dp.sub_(delta[h0:h1, i0:i1]).mul_(p)
