@@ -26,7 +26,7 @@ _INT_LIMITS = {
     torch.int32: ("(-2147483647 - 1)", "2147483647"), torch.int16: ("-32768", "32767"),
     torch.int8: ("-128", "127"), torch.uint8: ("0", "255"), torch.bool: ("false", "true"),
 }
-PARALLEL_MIN_WORK = 1 << 19  # below this a fork/join (and, on a busy machine, a stall) costs more
+PARALLEL_MIN_WORK = 1 << 16  # elements of work below which a fork/join costs more than it saves
 
 
 def ctype(dtype: torch.dtype) -> str:
