@@ -48,3 +48,25 @@ def test_zoo_reports_every_mode_and_precision_with_accuracy(monkeypatch):
 def test_zoo_rejects_unknown_models():
     with pytest.raises(ValueError, match="unknown zoo model"):
         zoo.run(quick=True, models="nope")
+
+
+def test_accuracy_falls_back_to_a_float64_reference():
+    ref64 = [torch.tensor([1.0, 2.0])]
+    eager = [torch.tensor([1.0, 2.04])]          # eager itself is 2% off float64
+    close_to_64 = [torch.tensor([1.0, 1.98])]    # 3% from eager, 1% from float64
+    wrong = [torch.tensor([1.0, 2.5])]
+    assert not zoo._matches(close_to_64, eager, 1e-3)
+    assert zoo._accurate(close_to_64, eager, ref64, 1e-3)
+    assert not zoo._accurate(wrong, eager, ref64, 1e-3)
+    assert not zoo._accurate(close_to_64, eager, None, 1e-3)  # no reference: eager decides
+
+
+def test_float64_reference_runs_the_same_step_in_double():
+    torch.manual_seed(0)
+    work = _tiny_mlp(True)
+    initial = {k: v.clone() for k, v in work.model.state_dict().items()}
+    ref = zoo._float64_reference(work, initial, "training", "cpu")
+    assert ref[1].dtype == torch.float64  # gradients of the float64 copy
+    eager = zoo._step(work, work.model, "training", "float32", "cpu")()
+    assert zoo._rel_error(eager, ref) < 1e-5
+    assert work.model[0].weight.dtype == torch.float32  # the original is untouched

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 import math
 import os
@@ -138,22 +139,67 @@ def _tensors(out) -> list[torch.Tensor]:
     return []
 
 
-def _matches(got, ref, tol: float) -> bool:
+def _rel_error(got, ref) -> float:
+    """Largest max|got - ref| / max|ref| over the tensors; inf when structure or integers differ."""
     a, b = _tensors(got), _tensors(ref)
     if len(a) != len(b):
-        return False
+        return math.inf
+    worst = 0.0
     for x, y in zip(a, b):
         if x.shape != y.shape:
-            return False
-        if x.is_floating_point():
-            if not x.numel():
-                continue
-            x, y = x.detach().float(), y.detach().float()
-            if not float((x - y).abs().max()) <= tol * max(float(y.abs().max()), 1e-6):
-                return False
-        elif not torch.equal(x, y):
-            return False
-    return True
+            return math.inf
+        if not x.is_floating_point():
+            if not torch.equal(x, y):
+                return math.inf
+            continue
+        if not x.numel():
+            continue
+        x, y = x.detach().double(), y.detach().double()
+        err = float((x - y).abs().max()) / max(float(y.abs().max()), 1e-6)
+        if math.isnan(err):
+            return math.inf
+        worst = max(worst, err)
+    return worst
+
+
+def _matches(got, ref, tol: float) -> bool:
+    return _rel_error(got, ref) <= tol
+
+
+def _to_double(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.double() if obj.is_floating_point() else obj
+    if isinstance(obj, dict):
+        return {k: _to_double(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_double(v) for v in obj)
+    return obj
+
+
+def _float64_reference(work: Workload, initial: dict, mode: str, device: str):
+    """The same step in float64 eager (no autocast), or None when the model cannot run so."""
+    try:
+        model = copy.deepcopy(work.model).double()
+        model.load_state_dict(initial)
+        work64 = dataclasses.replace(work, model=model, args=_to_double(work.args),
+                                     train_args=_to_double(work.train_args))
+        return _step(work64, model, mode, "float32", device)()
+    except Exception:  # the reference is optional: compare with eager alone then
+        return None
+
+
+def _accurate(result, eager, ref64, tol: float) -> bool:
+    """Within ``tol`` of eager, or no further from float64 than twice eager's own error.
+
+    The second test (the fp64 check of torch's benchmark runners) accepts backends whose
+    rounding differs from eager's where the model amplifies rounding (batch norm on tiny
+    batches); a real miscompile is far from float64 too.
+    """
+    if _matches(result, eager, tol):
+        return True
+    if ref64 is None:
+        return False
+    return _rel_error(result, ref64) <= max(tol, 2 * _rel_error(eager, ref64))
 
 
 def _autocast(precision: str, device: str):
@@ -228,6 +274,8 @@ def _case(build: Callable[[bool], Workload], quick: bool, mode: str, precision: 
     work.model.to(device).train(mode == "training")
     initial = copy.deepcopy(work.model.state_dict())
     tol = TOLERANCE[(precision, mode)]
+    _report("float64 reference")
+    ref64 = _float64_reference(work, initial, mode, device)
     calls, out = {}, {}
     for backend in ("eager",) + BACKENDS:
         model = work.model if backend == "eager" else copy.deepcopy(work.model)
@@ -241,8 +289,8 @@ def _case(build: Callable[[bool], Workload], quick: bool, mode: str, precision: 
                 result = call()
                 entry["compile_s"] = time.perf_counter() - t0 if backend != "eager" else 0.0
                 entry["fallbacks"] = fallbacks.count
-            entry["ok"] = True if backend == "eager" else _matches(result, out["eager"]["result"],
-                                                                    tol)
+            entry["ok"] = backend == "eager" or _accurate(result, out["eager"]["result"],
+                                                          ref64, tol)
             entry["result"] = result
             calls[backend] = call
         except Exception as exc:  # a backend that cannot run this model is a result
@@ -314,7 +362,9 @@ def run(quick: bool = False, models: str | None = None) -> BenchResult:
     notes.append(f"device {device}; AMP = torch.autocast({device!r}, {amp_dtype}); training = "
                  "forward + backward + SGD step; accuracy vs eager in the same precision, max "
                  "|diff| relative to the tensor's largest |value|: "
-                 + ", ".join(f"{p} {m} {t:g}" for (p, m), t in TOLERANCE.items()))
+                 + ", ".join(f"{p} {m} {t:g}" for (p, m), t in TOLERANCE.items())
+                 + "; a run outside it still passes when its error against a float64 eager run "
+                 "is at most twice eager's own")
     notes.append(f"models: {', '.join(names)}"
                  + ("" if quick or set(names) == set(MODELS) else " (a subset: EMBER_ZOO_MODELS)"))
     notes.append("speedup = eager median / backend median (round-robin, same process); geomeans "
