@@ -93,7 +93,7 @@ def _write_images(folder: Path, sizes: Sizes) -> None:
 
 
 def _write_clips(folder: Path, sizes: Sizes) -> None:
-    """Chirps with a little noise, one second-ish each, as 16-bit WAV."""
+    """Chirps with a little noise, ``clip_seconds`` long, as WAV files."""
     from ember.audio import save
 
     rng = np.random.default_rng(0)
@@ -122,10 +122,21 @@ def _loader(folder: Path, mask: str, pipe: Callable, workers: int):
 def _epoch(loader, model: Callable, count: int) -> float:
     """Items per second of one pass over the loader through ``model`` (loading included)."""
     start = time.perf_counter()
-    with torch.no_grad():
-        for batch in loader:
-            model(batch)
+    try:
+        with torch.no_grad():
+            for batch in loader:
+                model(batch)
+    finally:
+        loader.shutdown()
     return count / (time.perf_counter() - start)
+
+
+def _collect(loader) -> list:
+    """Every batch of one pass, with the loader's workers stopped afterwards."""
+    try:
+        return list(loader)
+    finally:
+        loader.shutdown()
 
 
 def _model_rate(model: Callable, batch: torch.Tensor, rounds: int) -> float:
@@ -242,7 +253,7 @@ def _vision(root: Path, sizes: Sizes, rounds: int) -> None:
         return _loader(folder, "*.jpg", pipe, sizes.workers)
 
     t0 = time.perf_counter()
-    batches = list(loader())
+    batches = _collect(loader())
     load_s = time.perf_counter() - t0
     print(f"[vision] DataLoader2 ({sizes.workers or 'no'} worker processes): list -> open -> "
           f"read -> batch of {sizes.image_batch} -> decode_jpeg + RandomResizedCrop({sizes.crop})"
@@ -288,7 +299,7 @@ def _audio(root: Path, sizes: Sizes, rounds: int) -> None:
     def loader():
         return _loader(folder, "*.wav", pipe, sizes.workers)
 
-    batches = list(loader())
+    batches = _collect(loader())
     print(f"[audio] DataLoader2: list -> ember.audio.load -> batch of {sizes.clip_batch}: batch "
           f"{tuple(batches[0].shape)} {batches[0].dtype}")
     torch.manual_seed(0)
