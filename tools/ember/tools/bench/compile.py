@@ -256,6 +256,7 @@ def run(quick: bool = False, backends: str | None = None) -> BenchResult:
     names = list(CASES)[:2] if quick else list(CASES)
     columns = ["case"] + [f"{b} {what}" for b in backends if b != "eager"
                           for what in ("ok", "speedup", "cold s", "warm s")] + ["eager ms"]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     rows, speedups, colds = [], {b: [] for b in backends}, {b: 0.0 for b in backends}
     graphs = {b: 0 for b in backends}
     _warm_up_dynamo()
@@ -285,6 +286,9 @@ def run(quick: bool = False, backends: str | None = None) -> BenchResult:
         per_graph = warm / graphs["ember"]
         notes.append(f"ember: {graphs['ember']} graphs, warm compile {per_graph:.2f} s "
                      f"per graph")
+    notes.append(f"torch threads: {torch.get_num_threads()}; 1-min load average at start: "
+                 f"{load:.1f} (other jobs share this machine: single timings move by several x, "
+                 f"ratios of the same round-robin run are what to compare)")
     notes.append("speedup = eager median / backend median, timed round-robin in one process; "
                  "cold = first call with empty caches (dynamo reset, fresh EMBER_CACHE_DIR and "
                  "TORCHINDUCTOR_CACHE_DIR) minus one steady call; warm = the same after a dynamo "
