@@ -9,6 +9,7 @@ resident set size before the call.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -149,4 +150,7 @@ def run(quick: bool = False) -> BenchResult:
         "GPU rows (TFLOP/s vs torch's flash backend, float16/bfloat16, head dim 64/128, "
         "causal and not) need a CUDA device; none was present for this run.",
     ]
+    if hasattr(os, "getloadavg"):
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        result.notes.append(f"load average (1/5/15 min) at the end of the run: {load}.")
     return result
