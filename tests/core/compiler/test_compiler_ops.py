@@ -162,3 +162,26 @@ def test_dead_buffers_are_reused_safely(ecompile, matches):
     f = lambda a: (torch.relu(a), torch.maximum(a, a.flip(0)), (a.flip(1) * 2).exp(),
                    a.flip(0) + a.flip(0).sum(0))
     matches(ecompile(f)(x), f(x))
+
+
+_DYNAMIC = {
+    "views": lambda x: ((x * 2).reshape(-1, x.shape[-1] * 2) + 1, x.permute(2, 0, 1) * 3,
+                        x[:, 1:3].sum(1), x.transpose(0, 1).exp()),
+    "norms": lambda x: (F.layer_norm(x, x.shape[-1:]), F.softmax(x, -1), F.log_softmax(x, 1),
+                        x.var(0), x.amax(1)),
+    "pointwise": lambda x: (torch.where(x > 0, x, -x) + x.mean(),
+                            F.gelu(x) * x.sum(-1, keepdim=True)),
+}
+
+
+@pytest.mark.parametrize("name", list(_DYNAMIC))
+def test_symbolic_sizes_one_kernel_for_all_shapes(ecompile, matches, name):
+    from ember.core.compiler.backend import stats
+
+    f = _DYNAMIC[name]
+    compiled = ecompile(f, dynamic=True)
+    before = stats["graphs_compiled"]
+    for shape in [(3, 4, 6), (5, 4, 6), (7, 8, 2), (2, 3, 10)]:
+        x = torch.randn(shape)
+        matches(compiled(x), f(x))
+    assert stats["graphs_compiled"] - before == 1

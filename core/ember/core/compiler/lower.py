@@ -87,7 +87,7 @@ def meta_val(node: FxNode):
 
 def _scalar_expr(v, dtype: torch.dtype) -> ir.Expr:
     if isinstance(v, sympy.Expr) and not v.is_number:
-        return cast(("index", torch.int64, v), dtype)
+        return cast(("index", torch.int64 if v.is_integer else torch.float64, v), dtype)
     if isinstance(v, sympy.Expr):
         v = float(v) if not v.is_integer else int(v)
     return const(v, dtype)

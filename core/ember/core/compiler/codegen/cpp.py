@@ -38,12 +38,17 @@ def index_str(e, lang: str = "c") -> str:
     e = sympy.sympify(e)
     if e.is_Integer:
         return str(int(e))
+    if e.is_Float:
+        return repr(float(e))
     if e.is_Symbol:
         return e.name
     if e.is_Add:
         return "(" + " + ".join(index_str(a, lang) for a in e.args) + ")"
     if e.is_Mul:
         num, den = sympy.fraction(e)
+        if den != 1 and _is_float_expr(e):
+            return f"({index_str(num, lang)} / {index_str(den, lang)})" if lang == "py" else \
+                f"(static_cast<double>({index_str(num, lang)}) / {index_str(den, lang)})"
         if den != 1:
             return index_str(sympy.floor(e), lang)
         return "(" + " * ".join(index_str(a, lang) for a in e.args) + ")"
@@ -65,7 +70,30 @@ def index_str(e, lang: str = "c") -> str:
             cmp = ">" if fn == "max" else "<"
             out = f"(({out}) {cmp} ({b}) ? ({out}) : ({b}))"
         return out
+    name = type(e).__name__  # torch's shape-env functions (torch.utils._sympy.functions)
+    a = [index_str(x, lang) for x in e.args]
+    if name in ("FloorDiv", "CleanDiv") and len(a) == 2:
+        return f"({a[0]} {div} {a[1]})"
+    if name in ("IntTrueDiv", "FloatTrueDiv") and len(a) == 2:
+        return f"({a[0]} / {a[1]})" if lang == "py" else \
+            f"(static_cast<double>({a[0]}) / static_cast<double>({a[1]}))"
+    if name == "ToFloat" and len(a) == 1:
+        return f"float({a[0]})" if lang == "py" else f"static_cast<double>({a[0]})"
+    if name in ("PythonMod", "Mod") and len(a) == 2:
+        return f"({a[0]} % {a[1]})"
+    if name == "ModularIndexing" and len(a) == 3:
+        return f"(({a[0]} {div} {a[1]}) % {a[2]})"
+    if name == "CeilDiv" and len(a) == 2:
+        return f"(({a[0]} + {a[1]} - 1) {div} {a[1]})"
+    if name in ("Identity", "TruncToInt") and len(a) == 1:
+        return a[0]
     raise NotImplementedError(f"cannot print index {e!r}")
+
+
+def _is_float_expr(e) -> bool:
+    return any(a.is_Float for a in e.atoms(sympy.Number)) or any(
+        type(f).__name__ in ("ToFloat", "FloatTrueDiv", "IntTrueDiv")
+        for f in e.atoms(sympy.Function))
 
 
 def literal(value, dtype: torch.dtype) -> str:
