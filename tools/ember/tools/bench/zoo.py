@@ -53,7 +53,7 @@ def _classifier(name: str, quick: bool) -> Workload:
     model = models.get_model(name, num_classes=10)
     x = torch.randn(n, 3, size, size)
     y = torch.arange(n) % 10
-    return Workload(model, (x,), lambda out: F.cross_entropy(out.float(), y))
+    return Workload(model, (x,), lambda out: F.cross_entropy(out.float(), y.to(out.device)))
 
 
 def _retinanet(quick: bool) -> Workload:
@@ -113,7 +113,8 @@ def _transformer(quick: bool) -> Workload:
     tokens = torch.randint(0, vocab, (n, length), generator=torch.Generator().manual_seed(0))
     model = _TinyLM(vocab, dim, heads, layers)
     return Workload(model, (tokens,),
-                    lambda out: F.cross_entropy(out.float().flatten(0, 1), tokens.flatten()))
+                    lambda out: F.cross_entropy(out.float().flatten(0, 1),
+                                                tokens.flatten().to(out.device)))
 
 
 # name -> (family, builder(quick) -> Workload)
@@ -166,14 +167,18 @@ def _matches(got, ref, tol: float) -> bool:
     return _rel_error(got, ref) <= tol
 
 
-def _to_double(obj):
+def _map_tensors(obj, fn: Callable[[torch.Tensor], torch.Tensor]):
     if isinstance(obj, torch.Tensor):
-        return obj.double() if obj.is_floating_point() else obj
+        return fn(obj)
     if isinstance(obj, dict):
-        return {k: _to_double(v) for k, v in obj.items()}
+        return {k: _map_tensors(v, fn) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_double(v) for v in obj)
+        return type(obj)(_map_tensors(v, fn) for v in obj)
     return obj
+
+
+def _to_double(obj):
+    return _map_tensors(obj, lambda t: t.double() if t.is_floating_point() else t)
 
 
 def _float64_reference(work: Workload, initial: dict, mode: str, device: str):
@@ -272,6 +277,8 @@ def _case(build: Callable[[bool], Workload], quick: bool, mode: str, precision: 
     torch.manual_seed(0)
     work = build(quick)
     work.model.to(device).train(mode == "training")
+    work.args = _map_tensors(work.args, lambda t: t.to(device))
+    work.train_args = _map_tensors(work.train_args, lambda t: t.to(device))
     initial = copy.deepcopy(work.model.state_dict())
     tol = TOLERANCE[(precision, mode)]
     _report("float64 reference")
