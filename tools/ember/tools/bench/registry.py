@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
-import time
 from collections.abc import Callable, Iterator
 
 from ember.tools.bench import harness
@@ -71,42 +70,9 @@ def _hook(fn: Callable[[str], None]):
         harness._progress.remove(fn)
 
 
-class _LineProgress:
-    """The slice of tqdm's interface run_many uses, as plain status lines (tqdm not installed)."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.done, self.enabled, self.desc = total, 0, enabled, ""
-        self.last = 0.0
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-    def set_description(self, desc: str) -> None:
-        self.desc = desc
-        self._show("started")
-
-    def set_postfix_str(self, status: str, refresh: bool = True) -> None:
-        if time.monotonic() - self.last > 10:  # a line every few seconds, not every round
-            self._show(status)
-
-    def update(self, n: int = 1) -> None:
-        self.done += n
-
-    def _show(self, status: str) -> None:
-        self.last = time.monotonic()
-        if self.enabled:
-            print(f"[{self.done + 1}/{self.total}] {self.desc}: {status}", file=sys.stderr,
-                  flush=True)
-
-
 def _progress_bar(total: int, enabled: bool):
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return _LineProgress(total, enabled)
+    from tqdm import tqdm
+
     # disable=None: tqdm draws only on a terminal, so CI logs get no carriage-return noise
     return tqdm(total=total, unit="bench", file=sys.stderr, disable=None if enabled else True,
                 dynamic_ncols=True, leave=False)
