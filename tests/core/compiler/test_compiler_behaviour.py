@@ -35,7 +35,7 @@ def captured():
     yield attach
     for component, h in handlers:
         logging.getLogger(f"ember.{component}").removeHandler(h)
-    set_logs(all=None)
+        set_logs(**{component: None})  # back to the default level
 
 
 def test_compile_and_explain_are_exported():
