@@ -306,3 +306,17 @@ def test_forked_child_gets_fresh_workers(monkeypatch):
 def _child_attention(q, k, v):
     attention_cpu.THREADED_MIN_ELEMENTS = 0
     return sdpa(q, k, v)
+
+
+def test_op_fakes_match_kernels_for_permuted_inputs():
+    # Inductor trusts the fake's strides: a [B, L, H, E] tensor viewed as [B, H, L, E] must
+    # give gradients laid out as the kernels really return them (contiguous).
+    from ember.core.nn.attention_op import sdpa, sdpa_backward
+
+    q, k, v = (torch.randn(2, 6, 3, 8).transpose(1, 2) for _ in range(3))
+    out, lse = sdpa(q, k, v, None, 0.0, False, 0.35, None)
+    args = (torch.randn_like(out), q, k, v, out, lse, None, 0.0, False, 0.35, None)
+    torch.library.opcheck(sdpa.op.default, (q, k, v, None, 0.0, True, 0.35, None),
+                          test_utils=("test_faketensor",))
+    torch.library.opcheck(sdpa_backward.op.default, args, test_utils=("test_faketensor",))
+    assert all(g.is_contiguous() for g in sdpa_backward(*args))

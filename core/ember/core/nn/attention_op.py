@@ -39,11 +39,16 @@ def _(query, key, value, attn_mask, dropout_p, is_causal, scale, rng):
 
 @sdpa_backward.register_fake
 def _(grad_out, query, key, value, out, lse, attn_mask, dropout_p, is_causal, scale, rng):
-    return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
+    # Gradients are always contiguous, whatever the inputs' strides (every kernel promises it).
+    return query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape)
 
 
 sdpa.register_kernel("cpu")(attention_cpu.forward)
-sdpa_backward.register_kernel("cpu")(attention_cpu.backward)
+
+
+@sdpa_backward.register_kernel("cpu")
+def _(*args):
+    return tuple(g.contiguous() for g in attention_cpu.backward(*args))
 
 
 @sdpa.register_kernel("cuda")
@@ -58,8 +63,9 @@ def _(query, key, value, attn_mask, dropout_p, is_causal, scale, rng):
 def _(grad_out, query, key, value, out, lse, attn_mask, dropout_p, is_causal, scale, rng):
     from ember.core.nn import flash_attention_triton
 
-    return flash_attention_triton.backward(grad_out, query, key, value, out, lse, attn_mask,
-                                           dropout_p, is_causal, scale, rng)
+    grads = flash_attention_triton.backward(grad_out, query, key, value, out, lse, attn_mask,
+                                            dropout_p, is_causal, scale, rng)
+    return tuple(g.contiguous() for g in grads)
 
 
 @sdpa.register_kernel("portable")
@@ -71,8 +77,9 @@ def _(query, key, value, attn_mask, dropout_p, is_causal, scale, rng):
 
 @sdpa_backward.register_kernel("portable")
 def _(grad_out, query, key, value, out, lse, attn_mask, dropout_p, is_causal, scale, rng):
-    return attention_math.attention_backward(grad_out, query, key, value, attn_mask, dropout_p,
-                                             is_causal, scale, rng)
+    grads = attention_math.attention_backward(grad_out, query, key, value, attn_mask, dropout_p,
+                                              is_causal, scale, rng)
+    return tuple(g.contiguous() for g in grads)
 
 
 def _setup_context(ctx, inputs, output):
