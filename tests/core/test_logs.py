@@ -61,3 +61,13 @@ def test_register_component():
     assert get_logger("my_pkg").name == "ember.my_pkg"
     with pytest.raises(ValueError, match="identifier"):
         logs.register_component("not valid", "x")
+
+
+def test_all_none_restores_defaults():
+    set_logs(capture=logging.DEBUG, schedule=True)
+    set_logs(all=None)
+    assert get_logger("capture").level == logging.WARNING
+    assert get_logger("schedule").level == logging.WARNING
+    set_logs(all=True, schedule=False)
+    assert get_logger("aot").level == logging.INFO
+    assert get_logger("schedule").level == logging.WARNING

@@ -116,10 +116,11 @@ def set_logs(**components: bool | int | str | None) -> None:
     ``True`` means INFO, ``False``/``None`` restores the default (warnings only), ``"off"``
     silences. ``all=...`` applies to every component before the others.
     """
-    everything = components.pop("all", None)
     for name in components:
-        _check(name)
-    if everything is not None:
+        if name != "all":
+            _check(name)
+    if "all" in components:
+        everything = components.pop("all")
         for name in _COMPONENTS:
             get_logger(name).setLevel(_level(everything))
     for name, value in components.items():
