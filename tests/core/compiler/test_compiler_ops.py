@@ -185,3 +185,14 @@ def test_symbolic_sizes_one_kernel_for_all_shapes(ecompile, matches, name):
         x = torch.randn(shape)
         matches(compiled(x), f(x))
     assert stats["graphs_compiled"] - before == 1
+
+
+def test_view_of_an_extern_view_keeps_its_offset(ecompile, matches):
+    # unfold returns a view that starts inside its base's storage; slicing it again must count
+    # the slice's offset from the view, not from the storage (a wrong answer before the fix).
+    def f(x):
+        flat = torch.nn.functional.pad(x, (5, 5)).reshape(-1)
+        return torch.mm(flat[3:].unfold(0, 7, 4)[2:20], torch.ones(7, 3))
+
+    x = torch.randn(2, 50)
+    matches(ecompile(f, fullgraph=True)(x), f(x))

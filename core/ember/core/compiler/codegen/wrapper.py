@@ -28,6 +28,15 @@ def _fix_strides(t: torch.Tensor, size: tuple, stride: tuple) -> torch.Tensor:
     return out
 
 
+def _view(t: torch.Tensor, size: tuple, stride: tuple, offset: int) -> torch.Tensor:
+    """A view of ``t`` with ``offset`` counted from ``t``'s first element.
+
+    ``torch.as_strided`` counts the offset from the start of the storage, and a buffer can
+    itself be a view (an extern such as ``unfold`` returns one) that starts further in.
+    """
+    return t.as_strided(size, stride, t.storage_offset() + offset)
+
+
 def _py(e) -> str:
     return index_str(e, "py")
 
@@ -42,7 +51,7 @@ class WrapperBuilder:
     def __init__(self, inputs: list, constants: dict, outputs: list):
         self.inputs, self.constants, self.outputs = inputs, constants, outputs
         self.lines: list[str] = []
-        self.globals: dict = {"torch": torch, "_fix": _fix_strides,
+        self.globals: dict = {"torch": torch, "_fix": _fix_strides, "_view": _view,
                               "_empty": torch.empty_strided}
         self.bound: set = set()
 
@@ -83,8 +92,7 @@ class WrapperBuilder:
             if a.is_natural():
                 return a.buf.name
             self._need(a.size + a.stride + [a.offset])
-            return (f"torch.as_strided({a.buf.name}, {_tup(a.size)}, {_tup(a.stride)}, "
-                    f"{_py(a.offset)})")
+            return f"_view({a.buf.name}, {_tup(a.size)}, {_tup(a.stride)}, {_py(a.offset)})"
         if isinstance(a, sympy.Expr):
             self._need([a])
             return _py(a) if a.is_integer else f"float({_py(a)})"
