@@ -89,3 +89,12 @@ def test_readme_commands_exist():
     assert "make test" in readme[:400]
     assert "\ndemo:" in makefile and "\ntest:" in makefile
     assert "make test" in (root / ".ci" / "run").read_text()
+
+
+def test_backends_option_reaches_only_benchmarks_that_take_it(capsys):
+    from ember.tools.bench.registry import options_of
+
+    assert "backends" in options_of("compile")
+    assert "backends" not in options_of("io")
+    assert cli.main(["bench", "io", "--quick", "--no-progress", "--backends", "eager"]) == 1
+    assert "takes no option backends" in capsys.readouterr().err

@@ -30,7 +30,9 @@ def _bench(args: argparse.Namespace) -> int:
     machine = machine_line()
     print(f"Machine: {machine}" + (" (--quick sizes)" if args.quick else ""))
     results, failed = [], []
-    for name, outcome in run_many(names, quick=args.quick, progress=not args.no_progress):
+    options = {"backends": args.backends} if args.backends else {}
+    for name, outcome in run_many(names, quick=args.quick, progress=not args.no_progress,
+                                  **options):
         print()
         if isinstance(outcome, BaseException):
             failed.append(name)
@@ -85,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--chart", metavar="PATH",
                        help="also draw a PNG of the speed-up/ratio columns per case")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bench.add_argument("--backends", metavar="LIST",
+                       help="comma list of compile backends, e.g. eager,inductor,ember "
+                            "(for benchmarks that compare backends: compile)")
     bench.set_defaults(func=_bench)
     demo = sub.add_parser("demo", help="run the end-to-end demo")
     demo.add_argument("--quick", action="store_true", help="tiny sizes")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import sys
 from collections.abc import Callable, Iterator
 
@@ -38,8 +39,17 @@ def _resolve(name: str) -> Callable[..., BenchResult]:
     return getattr(importlib.import_module(module), func)
 
 
+def options_of(name: str) -> set[str]:
+    """The keyword options (besides ``quick``) that benchmark ``name`` accepts."""
+    params = inspect.signature(_resolve(name)).parameters
+    return {p for p in params if p != "quick"}
+
+
 def run(name: str, quick: bool = False, **options) -> BenchResult:
     """Run one registered benchmark and return its result table."""
+    unknown = sorted(set(options) - options_of(name))
+    if unknown:
+        raise ValueError(f"benchmark {name!r} takes no option {', '.join(unknown)}")
     return _resolve(name)(quick=quick, **options)
 
 
@@ -53,8 +63,10 @@ def run_many(names: list[str], quick: bool = False, progress: bool = True,
     with bar, _hook(lambda status: bar.set_postfix_str(status, refresh=True)):
         for name in names:
             bar.set_description(name)
-            try:
-                outcome: BenchResult | BaseException = run(name, quick=quick, **options)
+            try:  # with several benchmarks, each gets the options it understands
+                own = options if len(names) == 1 else {
+                    k: v for k, v in options.items() if k in options_of(name)}
+                outcome: BenchResult | BaseException = run(name, quick=quick, **own)
             except Exception as exc:  # reported by the caller, the other benchmarks still run
                 outcome = exc
             bar.update(1)
