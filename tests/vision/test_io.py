@@ -411,3 +411,29 @@ def test_bad_encode_arguments():
         vio.encode_jpeg([img, torch.zeros(8, 8, dtype=torch.uint8)])
     with pytest.raises(ValueError, match="size must be"):
         vio.decode_jpeg(SOURCES["jpeg_rgb"], size=(0, 5))
+
+
+def test_plane_packing_falls_back_to_public_tobytes(monkeypatch):
+    # If a Pillow's raw encoder does not finish a plane in one call, the public path runs.
+    from PIL import ImageFile
+
+    expected = vio.decode_png(SOURCES["png_RGBA"])
+    real = Image._getencoder
+    calls = []
+
+    class Unfinished:
+        def __init__(self, encoder):
+            self.encoder = encoder
+
+        def __getattr__(self, name):
+            return getattr(self.encoder, name)
+
+        def encode(self, bufsize):
+            if bufsize != max(ImageFile.MAXBLOCK, 53 * 4):  # not Image.tobytes' own call
+                calls.append(bufsize)
+                return 0, 0, b""
+            return self.encoder.encode(bufsize)
+
+    monkeypatch.setattr(Image, "_getencoder", lambda *a: Unfinished(real(*a)))
+    assert torch.equal(vio.decode_png(SOURCES["png_RGBA"]), expected)
+    assert len(calls) == 4  # one try per band

@@ -156,8 +156,26 @@ def _to_tensor(im: Image.Image) -> torch.Tensor:
     out = torch.empty((len(bands), h, w), dtype=torch.uint8)
     planes = out.numpy().reshape(len(bands), -1)
     for i, band in enumerate(bands):
-        planes[i] = np.frombuffer(im.tobytes("raw", band), dtype=np.uint8)
+        planes[i] = np.frombuffer(_plane_bytes(im, band), dtype=np.uint8)
     return out
+
+
+def _plane_bytes(im: Image.Image, band: str) -> bytes:
+    """One band of a loaded image, packed by Pillow's raw encoder in a single call.
+
+    ``Image.tobytes`` encodes in 64 KiB chunks and joins them, one more copy of the plane;
+    the public path is kept for any Pillow whose encoder does not finish in one call.
+    """
+    w, h = im.size
+    try:
+        encoder = Image._getencoder(im.mode, "raw", band)
+        encoder.setimage(im.im, (0, 0, w, h))
+        _, status, data = encoder.encode(w * h + w)
+        if status > 0 and len(data) == w * h:
+            return data
+    except (AttributeError, TypeError, ValueError, OSError):
+        pass
+    return im.tobytes("raw", band)
 
 
 def _convert(im: Image.Image, mode: ImageReadMode) -> Image.Image:
