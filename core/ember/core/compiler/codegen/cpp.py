@@ -87,7 +87,7 @@ def index_str(e, lang: str = "c") -> str:
         return f"(({a[0]} + {a[1]} - 1) {div} {a[1]})"
     if name in ("Identity", "TruncToInt") and len(a) == 1:
         return a[0]
-    raise NotImplementedError(f"cannot print index {e!r}")
+    raise ir.Unsupported(f"cannot print index {e!r}")  # the graph falls back to eager
 
 
 def _is_float_expr(e) -> bool:
