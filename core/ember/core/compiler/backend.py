@@ -14,7 +14,7 @@ from collections import Counter
 import torch
 from torch.fx import GraphModule
 
-from ember.core.compiler import capture
+from ember.core.compiler import capture, routing
 from ember.core.compiler.codegen import cpp
 from ember.core.compiler.codegen.wrapper import WrapperBuilder, ctypes_function
 from ember.core.compiler.decompose import decomposition_table
@@ -40,10 +40,15 @@ def _boxed(fn):
     return call
 
 
-def compile_graph(gm: GraphModule, example_inputs, *, strict: bool = False):
-    """ATen FX graph -> boxed callable running our kernels (eager fallback on failure)."""
+def compile_graph(gm: GraphModule, example_inputs, *, options: dict | None = None):
+    """ATen FX graph -> boxed callable running our kernels (eager fallback on failure).
+
+    ``options``: the user's ``compile(options=...)`` plus ``mode``; ``strict`` re-raises.
+    """
+    options = options or {}
+    strict = bool(options.get("strict", False))
     try:
-        call = _compile(gm)
+        call = _compile(gm, example_inputs, options)
         if os.environ.get("EMBER_CHECK"):
             return _checked(call, gm)
         return call
@@ -70,7 +75,7 @@ def _checked(call, gm: GraphModule):
     return run
 
 
-def _compile(gm: GraphModule):
+def _compile(gm: GraphModule, example_inputs, options: dict):
     g = GraphLowering(gm)
     g.run()
     for name in g.fallback_ops:
@@ -113,8 +118,7 @@ def _make_aot(options: dict):
     from functorch.compile import min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
 
-    strict = bool(options.get("strict", False))
-    fw = functools.partial(compile_graph, strict=strict)
+    fw = functools.partial(compile_graph, options=options)
 
     def fw_compiler(gm, example_inputs):
         log.info("forward/inference graph: %d nodes", len(gm.graph.nodes))
@@ -136,4 +140,10 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: str | None 
     """TorchDynamo backend entry point (``torch.compile(m, backend="ember")``)."""
     capture.install()
     capture.record_graph(gm)
-    return _make_aot(options or {})(gm, example_inputs)
+    options = dict(options or {})
+    options["mode"] = mode or "default"
+    device = routing.device_type(example_inputs)
+    if routing.codegen_for(device, options) == "portable":
+        routing.announce_portable(device)
+        return gm.forward
+    return _make_aot(options)(gm, example_inputs)
