@@ -284,7 +284,8 @@ def _clamp(ctx, x, lo=None, hi=None):
 @register(prims.convert_element_type, aten._to_copy, aten.clone, aten.alias,
           aten.lift_fresh_copy, aten._conj, aten.positive)
 def _convert(ctx, x, *args, **kwargs):
-    if ctx.val.device.type != "cpu" or kwargs.get("layout") not in (None, torch.strided):
+    layout = kwargs.get("layout")
+    if ctx.val.device.type != ctx.graph.device or layout not in (None, torch.strided):
         raise Unsupported("device or layout change")
     if not isinstance(x, TensorValue):
         raise Unsupported("scalar conversion")
@@ -308,8 +309,8 @@ def _copy(ctx, dst, src, non_blocking=False):
           aten.ones_like)
 def _full(ctx, *args, **_kwargs):
     packet = ctx.node.target._overloadpacket
-    if ctx.val.device.type != "cpu":
-        raise Unsupported("non-CPU factory")
+    if ctx.val.device.type != ctx.graph.device:
+        raise Unsupported(f"factory off the graph's device ({ctx.graph.device})")
     if packet in (aten.full, aten.full_like):
         value = args[1]
     elif packet is aten.scalar_tensor:
@@ -645,8 +646,9 @@ def _var(ctx, x, dims, correction=1, *, output_dtype=None):
 class GraphLowering:
     """Walks an FX graph, building IR nodes in topological order."""
 
-    def __init__(self, gm: GraphModule):
+    def __init__(self, gm: GraphModule, device: str = "cpu"):
         self.gm = gm
+        self.device = device  # kernels run on this device type (CUDA for Triton codegen)
         self.nodes: list = []
         self.inputs: list = []  # (placeholder position, Buffer | sympy.Symbol | None)
         self.constants: dict[str, torch.Tensor] = {}
@@ -738,7 +740,7 @@ class GraphLowering:
         return self._extern(node, args, kwargs, fallback=packet not in EXTERN_OPS)
 
     def _check_tensor(self, t) -> None:
-        if t.device.type != "cpu" or t.layout != torch.strided or t.dtype not in \
+        if t.device.type != self.device or t.layout != torch.strided or t.dtype not in \
                 ir.SUPPORTED_DTYPES:
             raise Unsupported(f"tensor on {t.device} / {t.layout} / {t.dtype}")
 
@@ -746,7 +748,7 @@ class GraphLowering:
         vals = [meta_val(node)] + [meta_val(a) for a in node.all_input_nodes]
         for v in vals:
             for t in (v if isinstance(v, (list, tuple)) else [v]):
-                if isinstance(t, torch.Tensor) and (t.device.type != "cpu" or t.dtype not in
+                if isinstance(t, torch.Tensor) and (t.device.type != self.device or t.dtype not in
                                                     ir.SUPPORTED_DTYPES):
                     return False
         return True
