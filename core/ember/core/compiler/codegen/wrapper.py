@@ -48,8 +48,9 @@ def _tup(xs) -> str:
 class WrapperBuilder:
     """Generates ``call(args)`` for one graph."""
 
-    def __init__(self, inputs: list, constants: dict, outputs: list):
+    def __init__(self, inputs: list, constants: dict, outputs: list, device: str = "cpu"):
         self.inputs, self.constants, self.outputs = inputs, constants, outputs
+        self.device = "" if device == "cpu" else f", device={device!r}"  # allocations
         self.lines: list[str] = []
         self.globals: dict = {"torch": torch, "_fix": _fix_strides, "_view": _view,
                               "_empty": torch.empty_strided}
@@ -141,11 +142,13 @@ class WrapperBuilder:
                         self.lines.append(f"{b.name} = {pool[key].pop()}  # reuse")
                     else:
                         self.lines.append(f"{b.name} = _empty({_tup(b.size)}, "
-                                          f"{_tup(b.stride)}, dtype={b.dtype})")
+                                          f"{_tup(b.stride)}, dtype={b.dtype}{self.device})")
                     if b.name not in out_names:
                         reusable.add(b.name)
                 self.globals[step.name] = fn
-                args = [f"{v}.data_ptr()" if kind == "buf" else _py(v) for kind, v in arg_spec]
+                # "buf": a data pointer (C++), "tensor": the tensor itself (Triton)
+                args = [f"{v}.data_ptr()" if kind == "buf" else v if kind == "tensor" else _py(v)
+                        for kind, v in arg_spec]
                 for kind, v in arg_spec:
                     if kind == "sym":
                         self._need([v])
@@ -212,7 +215,7 @@ def _inplace_candidates(k: Kernel, dying: set, buffers: dict) -> dict:
 
 def _kernel_args(libs, k: Kernel):
     _, spec = libs[k.name]
-    return [v for kind, v in spec if kind == "buf"]
+    return [v for kind, v in spec if kind in ("buf", "tensor")]
 
 
 def ctypes_function(lib: ctypes.CDLL, name: str, spec: list):
