@@ -1,4 +1,5 @@
-"""Two local ranks over gloo on 127.0.0.1: sharding, seed agreement and resume per rank."""
+"""Two local ranks over gloo on 127.0.0.1: sharding, seed agreement, resume per rank and
+resume of both ranks' checkpoints on one process."""
 
 import multiprocessing
 import pickle
@@ -47,7 +48,7 @@ def rank_main(rank, port, workers, out_path):
             DistributedReadingService(timeout=60), MultiProcessingReadingService(workers))))
         with open(out_path, "wb") as f:
             pickle.dump({"head": head, "rest": rest, "restored": restored,
-                         "uneven": len(uneven)}, f)
+                         "uneven": len(uneven), "state": state}, f)
     finally:
         dist.destroy_process_group()
 
@@ -84,3 +85,9 @@ def test_two_ranks_over_gloo(tmp_path, workers):
     # The pre-sharding shuffle agreed across ranks: together they cover every item once.
     assert sorted(seen) == list(range(48))
     assert torch.tensor(seen).tolist() != list(range(48))
+    # Both ranks' checkpoints resumed on one process (world size 1): the rest of both ranks.
+    dl = DataLoader2(graph(), reading_service=MultiProcessingReadingService(workers))
+    dl.load_state_dict([r["state"] for r in res])
+    merged = list(dl)
+    dl.shutdown()
+    assert sorted(merged) == sorted(b for r in res for b in r["rest"])

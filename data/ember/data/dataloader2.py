@@ -26,6 +26,7 @@ from ember.data.datapipes.context import derive_seed
 from ember.data.datapipes.iter_basic import IterableWrapper, ShardingFilter
 from ember.data.graph import find_dps, traverse_dps
 from ember.data.reading_service import InProcessReadingService, Plan, ReadingServiceInterface
+from ember.data.reshard import global_ids, reshard
 from ember.data.transport import SlotReader
 from ember.data.worker import ShardSpec, build_shard_iterator, worker_loop
 
@@ -300,8 +301,14 @@ class _Epoch:
             shard_states = restore["shards"]
             for s, items in restore["pending"].items():
                 self.pending[int(s)].extend(tuple(x) for x in items)
-        num_global = plan.world_size * num_shards
-        specs = [ShardSpec(s, plan.rank * num_shards + s, num_global, shard_states.get(s))
+        if restore is not None:
+            ids, num_global = global_ids(restore), restore.get("num_global",
+                                                            plan.world_size * num_shards)
+        else:
+            ids = [plan.rank * num_shards + s for s in range(num_shards)]
+            num_global = plan.world_size * num_shards
+        self.global_ids, self.num_global = ids, num_global
+        specs = [ShardSpec(s, ids[s], num_global, shard_states.get(s, shard_states.get(str(s))))
                  for s in range(num_shards)]
         self.finished = False
         if pool is not None:
@@ -348,7 +355,8 @@ class _Epoch:
         shards = {s: ("exhausted" if s in self.exhausted else states.get(s, "exhausted"))
                   for s in range(self.L)}
         return {"seed": self.seed, "num_shards": self.L, "rank": self.plan.rank,
-                "world_size": self.plan.world_size, "cursor": self.cursor,
+                "world_size": self.plan.world_size, "global_ids": self.global_ids,
+                "num_global": self.num_global, "cursor": self.cursor,
                 "exhausted": sorted(self.exhausted), "shards": shards,
                 "pending": {s: list(q) for s, q in self.pending.items() if q}}
 
@@ -426,13 +434,21 @@ class DataLoader2:
             raise RuntimeError("DataLoader2 was shut down")
         self._end_epoch()
         plan = self._plan()
-        if self._resume is not None:
-            it = self._resume
-            self._resume = None
+        it = self._resume
+        self._resume = None
+        if isinstance(it, list):  # every rank's state: re-shard onto this world size
+            it = self._from_all_ranks(it, plan)
+        if it is not None:
             if (it["rank"], it["world_size"]) != (plan.rank, plan.world_size):
-                raise ValueError(f"state was saved on rank {it['rank']} of {it['world_size']}, "
-                                 f"loading on rank {plan.rank} of {plan.world_size}")
-            if plan.worker_shards is not None and plan.worker_shards != it["num_shards"]:
+                raise ValueError(
+                    f"state was saved on rank {it['rank']} of {it['world_size']} ranks, "
+                    f"loading on rank {plan.rank} of {plan.world_size}; to resume on another "
+                    "number of ranks pass every rank's state_dict(), in rank order, as a "
+                    "list to load_state_dict")
+            regular = it.get("num_global", plan.world_size * it["num_shards"]) \
+                == plan.world_size * it["num_shards"]  # not a re-sharded epoch
+            if regular and plan.worker_shards is not None \
+                    and plan.worker_shards != it["num_shards"]:
                 raise ValueError(f"state has {it['num_shards']} shards but the reading "
                                  f"service asks for worker_shards={plan.worker_shards}")
             self._epoch = _Epoch(self.datapipe, plan, it["seed"], it["num_shards"], it,
@@ -449,10 +465,28 @@ class DataLoader2:
                                  self._workers(plan, plan.shards(), seed))
         return DataLoader2Iterator(self)
 
+    @staticmethod
+    def _from_all_ranks(iterations: list, plan: Plan) -> dict | None:
+        """This rank's epoch state from every saved rank's: its own when the world size is
+        unchanged (exact resume), else its share of the re-sharded shards."""
+        if len(iterations) == plan.world_size:
+            return iterations[plan.rank]
+        mine = reshard(iterations, plan.rank, plan.world_size)
+        if mine is not None:
+            log.info("resuming an epoch saved on %d ranks on %d ranks: rank %d continues "
+                     "shards %s", len(iterations), plan.world_size, plan.rank,
+                     mine["global_ids"])
+            if plan.sync_has_next is not None:
+                log.warning("re-sharded epoch under fullsync: every rank stops when the first "
+                            "runs out, so uneven shares drop the rest of this epoch")
+        return mine
+
     def _workers(self, plan: Plan, num_shards: int, seed: int) -> _Workers | None:
         """The persistent worker pool for this plan (restarted when the plan changes)."""
         if plan.num_workers == 0:
             self._close_pool()
+            return None
+        if num_shards == 0:  # a re-sharded epoch left this rank nothing to read
             return None
         n = min(plan.num_workers, num_shards)
         if plan.num_workers > num_shards:
@@ -513,20 +547,42 @@ class DataLoader2:
     def state_dict(self) -> dict:
         """The loader's position: seeds, epoch count and (mid-epoch) every shard's state."""
         iteration = self._resume
+        if isinstance(iteration, list):
+            raise RuntimeError("state_dict() after loading every rank's state: start "
+                               "iterating first, so this rank's share is known")
         if self._epoch is not None and not self._epoch.finished:
             iteration = self._epoch.state_dict()
         return {"version": _STATE_VERSION, "seed_base": self._seed_base,
                 "seed_synced": self._seed_synced, "epoch_index": self._epoch_index,
                 "iteration": iteration}
 
-    def load_state_dict(self, state: dict) -> None:
-        """Restore a position; the next ``iter()`` continues the saved epoch exactly."""
-        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
-            raise ValueError("state must be a dict from DataLoader2.state_dict() "
-                             f"(version {_STATE_VERSION})")
+    def load_state_dict(self, state: dict | list[dict]) -> None:
+        """Restore a position; the next ``iter()`` continues the saved epoch exactly.
+
+        ``state`` may also be the list of every rank's ``state_dict()`` (in rank order): on
+        the same number of ranks each rank takes its own; on a different number the
+        unfinished shards are re-sharded (see :mod:`ember.data.reshard`), so the ranks
+        together yield each remaining item once (with ``fullsync``, an epoch still ends on
+        every rank when the first rank runs out).
+        """
+        states = list(state) if isinstance(state, (list, tuple)) else [state]
+        for k, st in enumerate(states):
+            if not isinstance(st, dict) or st.get("version") != _STATE_VERSION \
+                    or isinstance(st.get("iteration"), list):
+                where = f"state[{k}]" if isinstance(state, (list, tuple)) else "state"
+                raise ValueError(f"{where} must be a dict from DataLoader2.state_dict() "
+                                 f"(version {_STATE_VERSION})")
+        if not states:
+            raise ValueError("state must be a state_dict() or a non-empty list of them")
+        if len({st["epoch_index"] for st in states}) != 1:
+            raise ValueError("the ranks' states are from different epochs: "
+                             f"{[st['epoch_index'] for st in states]}")
         self._end_epoch()
-        self._seed_base, self._seed_synced = state["seed_base"], state["seed_synced"]
-        self._epoch_index, self._resume = state["epoch_index"], state["iteration"]
+        first = states[0]
+        self._seed_base, self._seed_synced = first["seed_base"], first["seed_synced"]
+        self._epoch_index = first["epoch_index"]
+        self._resume = (first["iteration"] if isinstance(state, dict)
+                        else [st["iteration"] for st in states])
 
     def shutdown(self) -> None:
         """Stop workers and release the reading service; safe to call twice."""
