@@ -309,3 +309,49 @@ def test_resume_property_random_stop(resume, name, stop):
     n = len(list(PIPELINES[name]()))
     rest, restored = resume(PIPELINES[name], min(stop, n))
     assert rest == restored
+
+
+def test_no_built_in_pipe_falls_back_to_replay():
+    built_in = {name: cls for name, cls in IterDataPipe.functions.items()
+                if cls.__module__.startswith("ember.data") and issubclass(cls, IterDataPipe)}
+    replaying = [name for name, cls in built_in.items()
+                 if cls._iterator is IterDataPipe._user_iterator]
+    assert len(built_in) > 30 and replaying == []
+
+
+def read_member(item):
+    path, stream = item
+    return os.path.basename(path), stream.read()
+
+
+def test_file_archive_cache_and_collate_pipes_resume_exactly(tmp_path, resume):
+    import tarfile
+    import zipfile
+
+    for i in range(3):
+        (tmp_path / f"{i}.csv").write_text("".join(f"{i},{j}\n" for j in range(3)))
+        (tmp_path / f"{i}.json").write_text(json.dumps({"i": i}))
+    with tarfile.open(tmp_path / "a.tar", "w") as tar, \
+            zipfile.ZipFile(tmp_path / "a.zip", "w") as zf:
+        for i in range(4):
+            data = f"member {i}".encode()
+            info = tarfile.TarInfo(f"m{i}.txt")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+            zf.writestr(f"z{i}.txt", data)
+    opened = lambda pattern: FileOpener(FileLister(str(tmp_path), pattern), mode="b")
+    cases = {
+        "parse_csv": lambda: FileOpener(FileLister(str(tmp_path), "*.csv")).parse_csv(),
+        "parse_json_files": lambda: FileOpener(FileLister(str(tmp_path), "*.json"))
+        .parse_json_files(),
+        "load_from_tar": lambda: opened("*.tar").load_from_tar().map(read_member),
+        "load_from_zip": lambda: opened("*.zip").load_from_zip().map(read_member),
+        "in_memory_cache": lambda: R.in_memory_cache().shuffle(buffer_size=3).set_seed(5),
+        "collate_mux": lambda: R.map(torch.tensor).batch(3).collate().mux(R.header(3)),
+    }
+    for name, make in cases.items():
+        n = len(list(make()))
+        assert n >= 3, name
+        for stop in (1, n // 2, n - 1):
+            rest, restored = resume(make, stop)
+            assert len(rest) == n - stop and repr(rest) == repr(restored), (name, stop)
