@@ -375,3 +375,59 @@ def test_per_sample_transforms_trace_as_one_graph(make):
     x = batch(3, 20, 20)
     out = torch.compile(make(), backend="eager", fullgraph=True)(x)
     assert out.shape[0] == 3 and out.dtype == torch.uint8
+
+
+def _stagewise(pipe, sample):
+    """Every stage called on its own (no fused chunking), for comparison."""
+    for t in pipe.transforms:
+        sample = t(sample)
+    return sample
+
+
+@pytest.mark.parametrize("make_input", [
+    lambda: batch(9, 20, 24),
+    lambda: {"image": tv.Image(batch(9, 20, 24)), "tag": "x",
+             "boxes": tv.BoundingBoxes(torch.tensor([[[2.0, 3.0, 15.0, 12.0]]] * 9), format="XYXY",
+                                       canvas_size=(20, 24))},
+])
+def test_compose_runs_chunkable_stages_fused_with_the_same_draws(make_input, monkeypatch):
+    """Compose sends each chunk through all chunkable stages at once; the random draws and
+    the results equal calling the stages one after the other."""
+    import ember.vision.transforms._transform as base
+
+    monkeypatch.setattr(base, "_CHUNK_BYTES", 3 * 20 * 24 * 4 * 2)  # 2 images per chunk
+    pipe = T.Compose([T.RandomResizedCrop(16, per_sample=True),
+                      T.RandomHorizontalFlip(per_sample=True),
+                      T.RandomVerticalFlip(p=0.5),
+                      T.ToDtype(torch.float32, scale=True),
+                      T.ColorJitter(0.4, 0.4, 0.4, 0.1, per_sample=True),
+                      T.Normalize([0.5] * 3, [0.25] * 3, inplace=True)])
+    sample = make_input()
+    calls = []
+    real = base.run_fused
+    monkeypatch.setattr("ember.vision.transforms._container.run_fused",
+                        lambda stages, s: calls.append(len(stages)) or real(stages, s))
+    for seed in range(3):
+        torch.manual_seed(seed)
+        fused = pipe(sample)
+        torch.manual_seed(seed)
+        ref = _stagewise(pipe, sample)
+        f_img = fused["image"] if isinstance(fused, dict) else fused
+        r_img = ref["image"] if isinstance(ref, dict) else ref
+        assert f_img.shape == (9, 3, 16, 16) and type(f_img) is type(r_img)
+        assert torch.allclose(f_img, r_img, atol=1e-5)
+        if isinstance(fused, dict):
+            assert fused["tag"] == "x" and torch.equal(fused["boxes"], ref["boxes"])
+            assert fused["boxes"].canvas_size == (16, 16)
+    assert calls == [6, 6, 6]
+
+
+def test_per_sample_random_transform_touches_only_chosen_images():
+    x = batch(10)
+    torch.manual_seed(1)
+    out = T.RandomGrayscale(p=0.5, per_sample=True)(x)
+    gray = F.rgb_to_grayscale(x, num_output_channels=3)
+    changed = [not torch.equal(out[i], x[i]) for i in range(10)]
+    assert any(changed) and not all(changed)
+    for i in range(10):
+        assert torch.equal(out[i], gray[i] if changed[i] else x[i])

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import torch
 
+from ember.vision import tv_tensors
 from ember.vision.transforms import functional as F
 from ember.vision.transforms._transform import (
     RandomTransform,
     Transform,
     batch_info,
     check_range,
+    plain,
     uniform,
 )
+from ember.vision.transforms.functional._color import jitter_
 
 
 class ColorJitter(Transform):
@@ -46,6 +49,11 @@ class ColorJitter(Transform):
                                             draw(self.saturation), draw(self.hue)]}
 
     def transform(self, inpt, params):
+        if (type(inpt) in (torch.Tensor, tv_tensors.Image, tv_tensors.Video)
+                and inpt.dtype in (torch.float32, torch.float64) and inpt.ndim >= 3
+                and inpt.shape[-3] == 3 and not torch.compiler.is_compiling()):
+            out = jitter_(plain(inpt).clone(), params["order"], params["factors"])
+            return tv_tensors.wrap(out, like=inpt) if inpt is not plain(inpt) else out
         fns = (F.adjust_brightness, F.adjust_contrast, F.adjust_saturation, F.adjust_hue)
         out = inpt
         for k in params["order"]:

@@ -12,7 +12,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ember.vision import tv_tensors
 from ember.vision.transforms._transform import (
     batch_info,
+    fusable,
     plain,
+    run_fused,
     select_samples,
     transformed_leaves,
 )
@@ -43,8 +45,23 @@ class Compose(nn.Module):
 
     def forward(self, *inputs: Any) -> Any:
         sample = inputs if len(inputs) > 1 else inputs[0]
+        run: list = []
         for t in self.transforms:
+            if fusable(t) and not torch.compiler.is_compiling():
+                run.append(t)
+                continue
+            sample = self._flush(run, sample)
             sample = t(sample)
+        return self._flush(run, sample)
+
+    @staticmethod
+    def _flush(run: list, sample: Any) -> Any:
+        """Apply the pending chunkable transforms, fused when there are several."""
+        if len(run) > 1:
+            sample = run_fused(run, sample)
+        elif run:
+            sample = run[0](sample)
+        run.clear()
         return sample
 
 

@@ -80,11 +80,11 @@ def select_samples(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> 
     if torch.compiler.is_compiling() or new.device.type != "cpu":
         m = mask.to(new.device).view((-1,) + (1,) * (new.ndim - 1))
         out = torch.where(m, plain(new), plain(old))
-    else:  # CPU torch.where is slow; copy the chosen samples over instead
+    else:  # CPU torch.where and index_copy_ are slow; copy the chosen samples over instead
         out = plain(old).clone()
-        idx = torch.nonzero(mask.cpu()).flatten()
-        if idx.numel():
-            out.index_copy_(0, idx, plain(new).index_select(0, idx))
+        src = plain(new)
+        for i in torch.nonzero(mask.cpu()).flatten().tolist():
+            out[i] = src[i]
     return tv_tensors.wrap(out, like=new) if isinstance(new, tv_tensors.TVTensor) else out
 
 
@@ -136,7 +136,7 @@ def _chunk_plan(targets: Sequence) -> tuple[int, int] | None:
     return n, max(1, _CHUNK_BYTES // max(per_image, 1))
 
 
-def _slice_params(params: Any, sl: slice, n: int) -> Any:
+def _slice_params(params: Any, sl: slice | torch.Tensor, n: int) -> Any:
     if isinstance(params, torch.Tensor):
         return params[sl] if params.ndim >= 1 and params.shape[0] == n else params
     if isinstance(params, dict):
@@ -146,7 +146,7 @@ def _slice_params(params: Any, sl: slice, n: int) -> Any:
     return params
 
 
-def _rows(x: torch.Tensor, sl: slice) -> torch.Tensor:
+def _rows(x: torch.Tensor, sl: slice | torch.Tensor) -> torch.Tensor:
     part = plain(x)[sl]
     return tv_tensors.wrap(part, like=x) if isinstance(x, tv_tensors.TVTensor) else part
 
@@ -194,6 +194,82 @@ def apply_transform(t: Transform, targets: list, params: dict, fn=None) -> list:
             for o, f in zip(outs, first)]
 
 
+def _standin(x: Any, n: int) -> Any:
+    """A zero-copy [n, ...] tensor shaped like the rows ``x`` (types kept), for drawing the
+    next stage's parameters before the whole batch has gone through this one."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    full = plain(x)[:1].expand((n,) + tuple(x.shape[1:]))
+    return tv_tensors.wrap(full, like=x) if isinstance(x, tv_tensors.TVTensor) else full
+
+
+def fusable(t: Any) -> bool:
+    """``t`` draws through ``draw`` and maps images independently along dim 0."""
+    return (isinstance(t, Transform) and t.chunkable
+            and type(t).forward is Transform.forward)
+
+
+def run_fused(stages: Sequence[Transform], sample: Any) -> Any:
+    """Consecutive chunkable transforms as one pass: every chunk of images goes through all
+    ``stages`` on one thread while it is in cache. Parameters are drawn stage by stage in
+    the order (and with the random numbers) of running the stages one after the other."""
+    leaves, spec = tree_flatten(sample)
+    chosen = transformed_leaves(leaves)
+    targets = [x for x, c in zip(leaves, chosen) if c]
+    plan = _chunk_plan(targets)
+    if plan is None:
+        for t in stages:
+            sample = t(sample)
+        return sample
+    n, k = plan
+    draws: list = []
+    head_out: list = []
+
+    def head(_: int) -> None:
+        cur = [_rows(x, slice(0, k)) for x in targets]
+        shapes = targets
+        for t in stages:
+            d = t.draw(shapes)
+            draws.append(d)
+            if d is None:
+                continue
+            p0 = _slice_params(d[0], slice(0, k), n)
+            cur = [d[1](x, p0) for x in cur]
+            shapes = [_standin(x, n) for x in cur]
+        head_out.extend(cur)
+
+    per_image_parallel(head, 1)
+    if n <= k:
+        out = head_out
+    else:
+        in_place = all(isinstance(f, torch.Tensor) and f.data_ptr() == x.data_ptr()
+                       and f.shape[1:] == x.shape[1:] for f, x in zip(head_out, targets))
+        if in_place:
+            outs = [plain(x) for x in targets]
+        else:
+            outs = [plain(f).new_empty((n,) + tuple(f.shape[1:])) for f in head_out]
+            for o, f in zip(outs, head_out):
+                o[:k] = plain(f)
+        starts = list(range(k, n, k))
+
+        def one(ci: int) -> None:
+            sl = slice(starts[ci], starts[ci] + k)
+            cur = [_rows(x, sl) for x in targets]
+            for d in draws:
+                if d is not None:
+                    p = _slice_params(d[0], sl, n)
+                    cur = [d[1](x, p) for x in cur]
+            if not in_place:
+                for o, r in zip(outs, cur):
+                    o[sl] = plain(r)
+
+        per_image_parallel(one, len(starts))
+        out = [tv_tensors.wrap(o, like=f) if isinstance(f, tv_tensors.TVTensor) else o
+               for o, f in zip(outs, head_out)]
+    done = iter(out)
+    return tree_unflatten([next(done) if c else x for x, c in zip(leaves, chosen)], spec)
+
+
 class Transform(nn.Module):
     """Base class: ``make_params`` draws once per call, ``transform`` maps one leaf."""
 
@@ -206,12 +282,20 @@ class Transform(nn.Module):
     def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
         raise NotImplementedError
 
+    def draw(self, targets: list) -> tuple[dict[str, Any], Any] | None:
+        """This call's parameters and per-leaf function, or None when the call keeps the
+        sample as it is."""
+        return self.make_params(targets), self.transform
+
     def forward(self, *inputs: Any) -> Any:
         sample = inputs if len(inputs) > 1 else inputs[0]
         leaves, spec = tree_flatten(sample)
         chosen = transformed_leaves(leaves)
         targets = [x for x, c in zip(leaves, chosen) if c]
-        done = iter(apply_transform(self, targets, self.make_params(targets)))
+        drawn = self.draw(targets)
+        if drawn is None:
+            return sample
+        done = iter(apply_transform(self, targets, drawn[0], drawn[1]))
         out = [next(done) if c else x for x, c in zip(leaves, chosen)]
         return tree_unflatten(out, spec)
 
@@ -234,22 +318,29 @@ class RandomTransform(Transform):
         self.per_sample = per_sample
 
     def _transform_or_keep(self, inpt: Any, params: dict[str, Any]) -> Any:
-        return select_samples(params["_apply"], self.transform(inpt, params), inpt)
+        apply = params["_apply"]
+        if (not self.chunkable or not isinstance(inpt, torch.Tensor) or inpt.ndim < 1
+                or inpt.device.type != "cpu" or torch.compiler.is_compiling()
+                or inpt.shape[0] != apply.shape[0]):
+            return select_samples(apply, self.transform(inpt, params), inpt)
+        # CPU: transform only the chosen samples (images are independent along dim 0)
+        n = int(apply.shape[0])
+        chosen = torch.nonzero(apply.cpu()).flatten()
+        out = plain(inpt).clone()
+        if chosen.numel():
+            new = plain(self.transform(_rows(inpt, chosen), _slice_params(params, chosen, n)))
+            if new.shape[1:] != out.shape[1:]:
+                raise ValueError(f"per-sample selection needs the transform to keep the shape, "
+                                 f"got {tuple(inpt.shape)} -> {tuple(new.shape)}")
+            for j, i in enumerate(chosen.tolist()):
+                out[i] = new[j]
+        return tv_tensors.wrap(out, like=inpt) if isinstance(inpt, tv_tensors.TVTensor) else out
 
-    def forward(self, *inputs: Any) -> Any:
-        sample = inputs if len(inputs) > 1 else inputs[0]
-        leaves, spec = tree_flatten(sample)
-        chosen = transformed_leaves(leaves)
-        targets = [x for x, c in zip(leaves, chosen) if c]
+    def draw(self, targets: list) -> tuple[dict[str, Any], Any] | None:
         if self.per_sample:
             n, device = batch_info(targets)
             apply = torch.rand(n, device=device) < self.p
-            params = {**self.make_params(targets), "_apply": apply}
-            done = iter(apply_transform(self, targets, params, self._transform_or_keep))
-            out = [next(done) if c else x for x, c in zip(leaves, chosen)]
-            return tree_unflatten(out, spec)
+            return {**self.make_params(targets), "_apply": apply}, self._transform_or_keep
         if self.p < 1.0 and float(torch.rand(())) >= self.p:
-            return sample
-        done = iter(apply_transform(self, targets, self.make_params(targets)))
-        out = [next(done) if c else x for x, c in zip(leaves, chosen)]
-        return tree_unflatten(out, spec)
+            return None
+        return self.make_params(targets), self.transform

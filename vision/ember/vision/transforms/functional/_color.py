@@ -190,28 +190,29 @@ def _workspace(count: int, shape, dtype, device) -> list[torch.Tensor]:
     return cache[1][:count]
 
 
-def _shift_hue(img: torch.Tensor, factor) -> torch.Tensor:
+def _shift_hue(img: torch.Tensor, factor, out: torch.Tensor | None = None) -> torch.Tensor:
     """RGB in [0, 1] -> hue rotated by ``factor`` turns; torchvision's HSV round trip, fused:
-    with v = max and v*s = max - min, channel n is v - v*s*clamp(2 - |k - 2|, 0, 1),
+    with v = max and v*s = max - min = d, channel n is min + d * clamp(|k - 2| - 1, 0, 1),
     k = (n + 6h) mod 6 (n = 5, 3, 1 for r, g, b).
 
     Written as branch-free in-place arithmetic on a few buffers: on CPU ``torch.where``
-    costs ~50x a float op and every fresh large buffer pays its page faults.
+    costs ~50x a float op and every fresh large buffer pays its page faults. ``out`` may
+    be ``img`` itself (the input is fully read before the first write).
     """
     r, g, b = img.unbind(-3)
-    maxc, delta, is_r, is_g, num, tmp = _workspace(6, r.shape, img.dtype, img.device)
+    maxc, minc, delta, is_r, is_g, num, tmp = _workspace(7, r.shape, img.dtype, img.device)
     torch.maximum(torch.maximum(r, g, out=maxc), b, out=maxc)
-    torch.minimum(torch.minimum(r, g, out=delta), b, out=delta).neg_().add_(maxc)
-    # 1 where the channel holds the maximum, else 0: max - c >= 0, scaled up and capped at 1
-    torch.sub(maxc, r, out=is_r).mul_(1e30).clamp_(max=1.0).neg_().add_(1.0)
-    torch.sub(maxc, g, out=is_g).mul_(1e30).clamp_(max=1.0).neg_().add_(1.0)
-    is_g.addcmul_(is_g, is_r, value=-1.0)
+    torch.minimum(torch.minimum(r, g, out=minc), b, out=minc)
+    torch.sub(maxc, minc, out=delta)
+    # 1 where red holds the maximum; 1 where green does and red does not (torchvision's ties)
+    torch.eq(maxc, r, out=is_r)
+    torch.eq(maxc, g, out=is_g).addcmul_(is_g, is_r, value=-1.0)
     # 6h * delta = C + is_r (A - C) + is_g (B - C) with the sector numerators
     # A = g - b (red max), B = b - r + 2d (green max), C = r - g + 4d (blue max)
     torch.sub(r, g, out=num).add_(delta, alpha=4.0)
     torch.mul(g, 2.0, out=tmp).sub_(b).sub_(r).sub_(delta, alpha=4.0)
     num.addcmul_(is_r, tmp)
-    tmp = torch.add(b, g, out=tmp).sub_(r, alpha=2.0).sub_(delta, alpha=2.0)
+    torch.add(b, g, out=tmp).sub_(r, alpha=2.0).sub_(delta, alpha=2.0)
     num.addcmul_(is_g, tmp)
     inv = torch.clamp(delta, min=1e-12, out=is_r).reciprocal_()  # delta = 0 -> num = 0
     h6 = num.mul_(inv)
@@ -219,14 +220,44 @@ def _shift_hue(img: torch.Tensor, factor) -> torch.Tensor:
         h6.add_(6.0 * factor.view(factor.shape[:1] + (1,) * (h6.ndim - 1)))
     else:
         h6.add_(6.0 * factor)
-    out = torch.empty_like(img)
-    w, fl = is_g, tmp
+    out = torch.empty_like(img) if out is None else out
+    w = is_g
     for i, n in enumerate((5.0, 3.0, 1.0)):
-        torch.add(h6, n, out=w)
-        w.sub_(torch.mul(w, 1.0 / 6.0, out=fl).floor_(), alpha=6.0)  # mod 6
-        w.sub_(2.0).abs_().neg_().add_(2.0).clamp_(0.0, 1.0)
-        out.select(-3, i).copy_(maxc).addcmul_(delta, w, value=-1.0)
+        torch.add(h6, n, out=w).remainder_(6.0).sub_(2.0).abs_().sub_(1.0).clamp_(0.0, 1.0)
+        if torch.compiler.is_compiling():  # Dynamo takes no strided out= views
+            out.select(-3, i).copy_(minc).addcmul_(delta, w)
+        else:
+            torch.addcmul(minc, delta, w, out=out.select(-3, i))
     return out
+
+
+def jitter_(img: torch.Tensor, order, factors) -> torch.Tensor:
+    """Brightness, contrast, saturation and hue (``factors``, None to skip) in ``order``,
+    in place on a float RGB batch the caller owns: one buffer instead of one per op."""
+    fns = (_brightness_, _contrast_, _saturation_, _shift_hue_)
+    for k in order:
+        if factors[k] is not None:
+            fns[k](img, per_sample(factors[k], img))
+    return img
+
+
+def _brightness_(x, f):
+    x.mul_(f).clamp_(0.0, 1.0)
+
+
+def _contrast_(x, f):
+    luma = torch.tensor(_LUMA, dtype=x.dtype, device=x.device).view(3, 1, 1)
+    mean = (x.mean(dim=(-2, -1), keepdim=True) * luma).sum(-3, keepdim=True)
+    x.mul_(f).add_(mean * (1.0 - f)).clamp_(0.0, 1.0)
+
+
+def _saturation_(x, f):
+    gray = _gray(x).mul_(1.0 - f)
+    x.mul_(f).add_(gray).clamp_(0.0, 1.0)
+
+
+def _shift_hue_(x, f):
+    _shift_hue(x, f.flatten() if isinstance(f, torch.Tensor) else f, out=x)
 
 
 def _hue(img, hue_factor):
