@@ -19,8 +19,9 @@ from ember.core.logs import get_logger
 
 log = get_logger("cache")
 codegen_log = get_logger("codegen")
+# -fno-trapping-math lets g++ compute both sides of a select in SIMD loops (no masked ops)
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno",
-         "-w", "-std=c++17"]
+         "-fno-trapping-math", "-w", "-std=c++17"]
 
 
 @functools.lru_cache(maxsize=1)
