@@ -355,3 +355,23 @@ def test_file_archive_cache_and_collate_pipes_resume_exactly(tmp_path, resume):
         for stop in (1, n // 2, n - 1):
             rest, restored = resume(make, stop)
             assert len(rest) == n - stop and repr(rest) == repr(restored), (name, stop)
+
+
+def test_batches_of_a_sharded_sequence_are_taken_in_runs(resume):
+    """range/list/array -> sharding_filter -> batch takes runs of indices at once: same
+    items, batch sizes and resume points as item-by-item iteration."""
+    from ember.data.datapipes.context import IterContext, activate
+
+    for src in (range(23), list(range(23)), np.arange(23)):
+        for n, k in [(1, 0), (2, 1), (3, 0), (5, 4)]:
+            ctx = IterContext(num_shards=n, shard_id=k)
+            make = lambda s=src: IterableWrapper(s, deepcopy=False).sharding_filter().batch(4)
+            with activate(ctx):
+                got = [[int(x) for x in b] for b in make()]
+            want = list(range(k, 23, n))
+            assert got == [want[i:i + 4] for i in range(0, len(want), 4)], (n, k)
+            for stop in range(len(got) + 1):
+                with activate(ctx):
+                    rest, restored = resume(make, stop)
+                assert [list(map(int, b)) for b in rest] == got[stop:]
+                assert [list(map(int, b)) for b in restored] == got[stop:]

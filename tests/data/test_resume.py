@@ -103,9 +103,12 @@ def flat(streams):
     return Counter(b for s in streams for b in s)
 
 
-@pytest.mark.parametrize("old,new,workers", [(2, 3, 0), (2, 1, 2), (3, 2, 1), (1, 2, 0)])
-def test_resume_on_another_world_size_yields_each_remaining_item_once(old, new, workers):
-    heads, rests, states = run_ranks(old, [3, 5, 1][:old])
+@pytest.mark.parametrize("old,new,saved_with,workers",
+                         [(2, 3, 0, 0), (2, 1, 0, 2), (3, 2, 2, 1), (1, 2, 2, 0)])
+def test_resume_on_another_world_size_yields_each_remaining_item_once(old, new, saved_with,
+                                                                      workers):
+    # Saved with workers: the states also hold batches produced but not yet delivered.
+    heads, rests, states = run_ranks(old, [3, 5, 1][:old], workers=saved_with)
     assert sorted(x for b in flat(heads + rests) for x in b) == list(range(60))
     restored = resume_on(states, new, workers)
     assert flat(restored) == flat(rests)  # none lost, none repeated

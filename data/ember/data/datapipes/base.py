@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -37,6 +38,11 @@ class PipeIterator:
 
     def __next__(self):
         raise NotImplementedError
+
+    def take(self, k: int) -> list:
+        """The next ``k`` items as a list (fewer at the end); pipes that can fetch a run of
+        items at once (an index range, a shard of it) override it to skip per-item calls."""
+        return list(itertools.islice(self, k))
 
     def state_dict(self) -> dict:
         return {}

@@ -92,6 +92,14 @@ class _IndexIterator(PipeIterator):
         self.i = i + 1
         return self.seq[i]
 
+    def take(self, k: int) -> list:
+        i, seq = self.i, self.seq
+        end = min(i + max(k, 0), self.n)
+        self.i = max(i, end)
+        if isinstance(seq, (list, tuple, range)):
+            return list(seq[i:end])
+        return [seq[j] for j in range(i, end)]
+
     def state_dict(self) -> dict:
         return {"index": self.i}
 
@@ -248,12 +256,7 @@ class Batcher(IterDataPipe):
 
 class _BatchIterator(_SourceIterator):
     def __next__(self):
-        batch, size, src = [], self.pipe.batch_size, self.src
-        try:
-            while len(batch) < size:
-                batch.append(next(src))
-        except StopIteration:
-            pass
+        batch = self.src.take(self.pipe.batch_size)
         if not batch or (self.pipe.drop_last and len(batch) < self.pipe.batch_size):
             raise StopIteration
         return self.pipe.wrapper_class(batch)
@@ -339,6 +342,16 @@ class _ShardIterator(_SourceIterator):
             i, self.i = self.i, self.i + 1
             if i % self.n == self.k:
                 return item
+
+    def take(self, count: int) -> list:
+        if count <= 0:
+            return []
+        # Pull exactly up to this shard's count-th next item, then keep every n-th one.
+        first = self.i + (self.k - self.i) % self.n
+        chunk = self.src.take(first + (count - 1) * self.n + 1 - self.i)
+        start = first - self.i
+        self.i += len(chunk)
+        return chunk[start::self.n]
 
     def state_dict(self) -> dict:
         return {"src": self.src.state_dict(), "i": self.i}
