@@ -21,7 +21,7 @@ __all__ = [
     "bucketize", "sigrid_hash", "firstx", "has_id_overlap", "id_overlap_count",
     "get_max_count", "get_jaccard_similarity", "get_cosine_similarity", "get_score_sum",
     "get_score_min", "get_score_max", "compute_score", "Vocab", "lookup_indices",
-    "tokenize", "add_tokens", "scale_to_0_1",
+    "tokenize", "add_tokens", "scale_to_0_1", "where",
 ]
 
 
@@ -305,6 +305,47 @@ def scale_to_0_1(col: Column) -> Column:
 
     return Column._lazy(lazy.Expr("sigmoid", (col.cast(dt.Float32(col.dtype.nullable)),)),
                         len(col))
+
+
+def where(condition: Column, input, other) -> Column:
+    """``input`` where ``condition`` holds, else ``other`` (``torch.where``'s semantics).
+
+    ``input`` and ``other`` are columns or scalars; a null in any argument gives a null row.
+    On numeric columns the result is lazy, so it fuses with the expression around it.
+    """
+    _check_column(condition, "where(): condition", dt.is_boolean, "boolean")
+    n = len(condition)
+    for name, v in (("input", input), ("other", other)):
+        if isinstance(v, Column):
+            if len(v) != n:
+                raise ValueError(f"where(): {name} has {len(v)} rows, condition has {n}")
+        elif v is None or isinstance(v, (list, tuple, dict, np.ndarray, pa.Array)):
+            raise TypeError(f"where(): {name} must be a Column or a scalar, got "
+                            f"{type(v).__name__}")
+    from ember.arrow import lazy
+    from ember.arrow.column import _operand
+
+    def numeric(v):
+        if isinstance(v, Column):
+            return dt.is_boolean_or_numerical(v.dtype)
+        return isinstance(v, (bool, int, float, np.bool_, np.integer, np.floating))
+
+    if numeric(input) and numeric(other):
+        args = (_operand(condition), _operand(input), _operand(other))
+        return Column._lazy(lazy.Expr("where", args), n)
+    arrays = [v._data if isinstance(v, Column) else v for v in (condition, input, other)]
+    try:
+        out = pc.if_else(*arrays)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise TypeError(f"where(): input and other have no common dtype: {e}") from None
+    valid = [v._data.is_valid() for v in (condition, input, other)
+             if isinstance(v, Column) and v.null_count]
+    if valid:  # nulls propagate from every argument, as in the numeric (lazy) case
+        keep = valid[0]
+        for v in valid[1:]:
+            keep = pc.and_(keep, v)
+        out = pc.if_else(keep, out, pa.scalar(None, out.type))
+    return column(out)
 
 
 # ---------------------------------------------------------------------- text

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from ember.arrow import dtypes as dt
@@ -41,6 +42,7 @@ OPS: dict[str, tuple[Callable, bool]] = {
     "clip": (torch.clamp, False), "ceil": (torch.ceil, False), "floor": (torch.floor, False),
     "round": (torch.round, False), "exp": (torch.exp, False), "log": (torch.log, False),
     "sqrt": (torch.sqrt, False), "sigmoid": (torch.sigmoid, False),
+    "where": (torch.where, False),
 }
 _INT_DIVISION = {"floordiv", "mod"}
 
@@ -123,26 +125,89 @@ def plan(expr: Expr, cols: list) -> tuple:
     return key(expr)
 
 
-def build_function(tree: tuple) -> Callable[..., torch.Tensor]:
-    """A plain function ``f(*leaf_tensors) -> tensor`` computing a planned tree's values."""
+@dataclass(frozen=True)
+class Program:
+    """A planned tree as straight-line steps, each distinct subtree computed once.
 
-    def run(node, tensors):
-        head, rest = node[0], node[1:]
+    ``steps[k]`` is ``(op, args)`` with args ``("col", i)``, ``("const", v)`` or
+    ``("tmp", j)`` (the result of step j); ``dtypes[k]`` is the NumPy dtype torch's
+    promotion gives step k; ``last_use[k]`` is the last step reading step k's result.
+    """
+
+    steps: tuple
+    dtypes: tuple
+    last_use: tuple
+
+
+@functools.lru_cache(maxsize=512)
+def program(tree: tuple) -> Program:
+    """The straight-line program of a planned tree (cached)."""
+    steps: list = []
+    slots: dict = {}
+    probes: list = []  # empty tensors (or constants) run through torch for the dtypes
+
+    def visit(node):
+        head = node[0]
         if head == "col":
-            return tensors[rest[0]]
+            return ("col", node[1]), torch.empty(0, dtype=_TORCH_BY_NAME[node[2]])
         if head == "const":
-            return rest[0]
+            return ("const", node[1]), node[1]
+        if node in slots:
+            k = slots[node]
+            return ("tmp", k), probes[k]
+        pairs = [visit(a) for a in node[1]]
         fn, _ = OPS[head]
-        return fn(*[run(a, tensors) for a in rest[0]])
+        probe = fn(*[p for _, p in pairs])
+        slots[node] = len(steps)
+        steps.append((head, tuple(r for r, _ in pairs)))
+        probes.append(probe)
+        return ("tmp", len(steps) - 1), probe
+
+    visit(tree)
+    last = list(range(len(steps)))
+    for k, (_, args) in enumerate(steps):
+        for kind, j in args:
+            if kind == "tmp":
+                last[j] = k
+    dtypes = tuple(torch.empty(0, dtype=p.dtype).numpy().dtype for p in probes)
+    return Program(tuple(steps), dtypes, tuple(last))
+
+
+def _clip_by_select(x, lower=None, upper=None):
+    """``torch.clamp`` as two selects: the same values (NaN stays NaN), but g++ vectorises a
+    loop of selects where it gives up on chained NaN-aware max/min next to other work."""
+    if lower is not None:
+        x = torch.where(x < lower, lower, x)
+    if upper is not None:
+        x = torch.where(x > upper, upper, x)
+    return x
+
+
+# ops written differently for the compiler (same results, better generated code)
+_COMPILED_FORM: dict[str, Callable] = {"clip": _clip_by_select}
+
+
+def build_function(tree: tuple) -> Callable[..., torch.Tensor]:
+    """A plain function ``f(*leaf_tensors) -> tensor`` computing a planned tree's values
+    with torch ops, shared subtrees once (so the traced graph has no duplicate nodes)."""
+    prog = program(tree)
+    fns = [_COMPILED_FORM.get(op, OPS[op][0]) for op, _ in prog.steps]
+    tdtypes = [torch.from_numpy(np.empty(0, dtype=d)).dtype for d in prog.dtypes]
 
     def f(*tensors):
-        return run(tree, tensors)
+        tmp: list = []
+        for (_, args), fn, dtype in zip(prog.steps, fns, tdtypes):
+            vals = [tensors[v] if kind == "col" else tmp[v] if kind == "tmp" else v
+                    for kind, v in args]
+            out = fn(*vals)
+            tmp.append(out if out.dtype == dtype else out.to(dtype))
+        return tmp[-1]
 
     return f
 
 
 # Eager evaluation runs in NumPy (single-threaded ufuncs reusing intermediate buffers),
-# each node computed in the dtype torch's promotion gives it, so eager and compiled agree.
+# each step computed in the dtype torch's promotion gives it, so eager and compiled agree.
 _NUMPY: dict[str, Callable] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
     "floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power,
@@ -155,22 +220,57 @@ _NUMPY: dict[str, Callable] = {
 _INTEGER_IDENTITY = {"ceil", "floor", "round"}
 
 
-@functools.lru_cache(maxsize=512)
-def node_dtypes(tree: tuple) -> tuple:
-    """``(numpy dtype, children)`` for every op node, from torch's promotion on empty tensors."""
+def _numpy_step(op: str, args: list, dtype: np.dtype, out: np.ndarray | None):
+    x = args[0]
+    if op in _INTEGER_IDENTITY and dtype.kind in "iub":
+        return x
+    if op in _INT_DIVISION and dtype.kind in "iu":
+        d = args[1]
+        if (np.any(d == 0) if isinstance(d, np.ndarray) else d == 0):
+            raise ZeroDivisionError("integer division by zero in a column expression")
+    if op == "clip":
+        lo, hi = args[1], args[2]
+        res = x.astype(dtype) if x.dtype != dtype else x
+        if lo is None and hi is None:
+            return res
+        return np.clip(res, lo, hi, out=out if out is not None and out is res else None)
+    if op == "where":
+        res = np.where(*args)
+        return res.astype(dtype) if res.dtype != dtype else res
+    if op == "sigmoid":
+        res = np.negative(x, dtype=dtype, out=out)
+        np.exp(res, out=res)
+        np.add(res, 1, out=res)
+        return np.reciprocal(res, out=res)
+    if OPS[op][1]:  # comparisons: NumPy picks the loop, the result is bool
+        return _NUMPY[op](*args)
+    return _NUMPY[op](*args, out=out, dtype=dtype)
 
-    def run(node):
-        head = node[0]
-        if head == "col":
-            return torch.empty(0, dtype=_TORCH_BY_NAME[node[2]]), None
-        if head == "const":
-            return node[1], None
-        pairs = [run(a) for a in node[1]]
-        fn, _ = OPS[head]
-        out = fn(*[v for v, _ in pairs])
-        return out, (torch.empty(0, dtype=out.dtype).numpy().dtype, tuple(d for _, d in pairs))
 
-    return run(tree)[1]
+def _reusable(tmp: list, v: int, k: int, last_use: tuple, arrays: list) -> bool:
+    """Step k may write over temporary v: an array nothing reads after step k (identity
+    steps can return their argument, so every other name for the buffer counts)."""
+    buf = tmp[v]
+    if not isinstance(buf, np.ndarray) or any(buf is a for a in arrays):
+        return False
+    return all(last_use[j] <= k for j in range(len(tmp)) if tmp[j] is buf)
+
+
+def _numpy_eval(tree: tuple, arrays: list):
+    """The planned tree in NumPy; a temporary's buffer is reused by the step that reads it
+    last (when the dtypes match)."""
+    prog = program(tree)
+    tmp: list = []
+    with np.errstate(all="ignore"):
+        for k, (op, args) in enumerate(prog.steps):
+            vals = [arrays[v] if kind == "col" else tmp[v] if kind == "tmp" else v
+                    for kind, v in args]
+            dtype = prog.dtypes[k]
+            out = next((tmp[v] for kind, v in args
+                        if kind == "tmp" and _reusable(tmp, v, k, prog.last_use, arrays)
+                        and tmp[v].dtype == dtype), None)
+            tmp.append(_numpy_step(op, vals, dtype, out))
+    return tmp[-1]
 
 
 def values_numpy(arr: pa.Array) -> np.ndarray:
@@ -184,56 +284,6 @@ def values_numpy(arr: pa.Array) -> np.ndarray:
         return np.empty(0, dtype=np_dtype)
     return np.frombuffer(arr.buffers()[1], dtype=np_dtype, count=n,
                          offset=arr.offset * np.dtype(np_dtype).itemsize)
-
-
-def _numpy_eval(tree: tuple, dtypes: tuple, arrays: list) -> np.ndarray:
-    owned: set[int] = set()
-
-    def run(node, info):
-        head = node[0]
-        if head == "col":
-            return arrays[node[1]]
-        if head == "const":
-            return node[1]
-        dtype, child_info = info
-        args = [run(a, d) for a, d in zip(node[1], child_info)]
-        x = args[0]
-        if head in _INTEGER_IDENTITY and dtype.kind in "iub":
-            return x
-        if head in ("floordiv", "mod") and dtype.kind in "iu":
-            d = args[1]
-            if (np.any(d == 0) if isinstance(d, np.ndarray) else d == 0):
-                raise ZeroDivisionError("integer division by zero in a column expression")
-        out = next((a for a in args if isinstance(a, np.ndarray) and id(a) in owned
-                    and a.dtype == dtype), None)
-        if head == "clip":
-            lo, hi = args[1], args[2]
-            res = x.astype(dtype, copy=False) if x.dtype != dtype else x
-            if lo is not None or hi is not None:
-                res = np.clip(res, lo, hi, out=out if out is not None and out is res else None)
-        elif head == "sigmoid":
-            res = np.negative(x, dtype=dtype, out=out)
-            np.exp(res, out=res)
-            np.add(res, 1, out=res)
-            np.reciprocal(res, out=res)
-        elif OPS[head][1]:  # comparisons: NumPy picks the loop, the result is bool
-            res = _NUMPY[head](*args)
-        else:
-            res = _NUMPY[head](*args, out=out, dtype=dtype)
-        if isinstance(res, np.ndarray):
-            owned.add(id(res))
-        return res
-
-    with np.errstate(all="ignore"):
-        return run(tree, dtypes)
-
-
-def _validity_numpy(cols: list) -> np.ndarray | None:
-    masks = [c._data.is_valid().to_numpy(zero_copy_only=False)
-             for c in cols if c._data.null_count]
-    if not masks:
-        return None
-    return masks[0] if len(masks) == 1 else np.logical_and.reduce(masks)
 
 
 def _guard_divisors(tree: tuple, cols: list, values: list, where) -> list:
@@ -277,26 +327,69 @@ def evaluate(expr: Expr, fn: Callable | None = None) -> pa.Array:
             fn = compile_expr(expr)
         else:
             _log.info("compile threshold reached but ember.core.compile is unavailable")
-    valid = _validity_numpy(cols)
-    mask = None if valid is None else ~valid
-    if fn is not None:
+    if fn is not None and cols and len(cols[0]):
         tensors = _guard_divisors(tree, cols, [values_tensor(c._data) for c in cols],
                                   lambda v, x: torch.where(torch.from_numpy(v), x,
                                                            torch.ones_like(x)))
-        out = fn(*tensors)
-        return pa.array(out.contiguous().numpy(), mask=mask)
-    arrays = _guard_divisors(tree, cols, [values_numpy(c._data) for c in cols],
-                             lambda v, x: np.where(v, x, np.ones_like(x)))
-    out = _numpy_eval(tree, node_dtypes(tree), arrays)
-    if not isinstance(out, np.ndarray):
-        raise TypeError("expression has no column operand")
-    return pa.array(out, mask=mask)
+        out = _run_chunked(fn, tensors, program(tree).dtypes[-1])
+    else:
+        arrays = _guard_divisors(tree, cols, [values_numpy(c._data) for c in cols],
+                                 lambda v, x: np.where(v, x, np.ones_like(x)))
+        out = _numpy_eval(tree, arrays)
+        if not isinstance(out, np.ndarray):
+            raise TypeError("expression has no column operand")
+    return _with_validity(pa.array(out), _validity_bitmap(cols))
+
+
+# Output rows per compiled call: a few MiB, so each call's result comes from (and goes back
+# to) the malloc heap instead of fresh pages, and is copied while still in cache.
+_CHUNK_BYTES = 4 << 20
+
+
+def _run_chunked(fn: Callable, tensors: list, dtype: np.dtype) -> np.ndarray:
+    """``fn`` over row chunks of ``tensors``, written into one NumPy array.
+
+    NumPy allocates large arrays on transparent huge pages; a fresh torch allocation of the
+    whole result would instead fault in every 4 KiB page, which costs more than the fused
+    kernel itself on 10M rows.
+    """
+    n = len(tensors[0])
+    out = np.empty(n, dtype=dtype)
+    step = max(1 << 16, _CHUNK_BYTES // out.itemsize)
+    for start in range(0, n, step):
+        stop = min(n, start + step)
+        # a plain single-threaded copy: the chunk is in cache, and a parallel copy would add
+        # a thread barrier per chunk
+        np.copyto(out[start:stop], fn(*[t[start:stop] for t in tensors]).numpy())
+    return out
+
+
+def _validity_bitmap(cols: list) -> pa.Buffer | None:
+    """The AND of the leaves' validity bitmaps (offset 0), or None when nothing is null."""
+    valid = None
+    for c in cols:
+        arr = c._data
+        if arr.null_count:
+            v = arr.is_valid()
+            valid = v if valid is None else pc.and_(valid, v)
+    if valid is None:
+        return None
+    if valid.offset:  # not seen in practice: is_valid() and and_() write fresh bitmaps
+        valid = pa.array(valid.to_numpy(zero_copy_only=False))
+    return valid.buffers()[1]
+
+
+def _with_validity(arr: pa.Array, bitmap: pa.Buffer | None) -> pa.Array:
+    if bitmap is None:
+        return arr
+    # arr comes from pa.array(ndarray): offset 0, like the bitmap
+    return pa.Array.from_buffers(arr.type, len(arr), [bitmap, *arr.buffers()[1:]])
 
 
 def result_dtype(expr: Expr) -> dt.DType:
     """The dtype ``expr`` produces: torch's promotion over the leaf dtypes and constants."""
     cols = leaves(expr)
-    np_dtype = node_dtypes(plan(expr, cols))[0]
+    np_dtype = program(plan(expr, cols)).dtypes[-1]
     tdt = torch.from_numpy(np.empty(0, dtype=np_dtype)).dtype
     return _TORCH_TO_DTYPE[tdt](nullable=any(c.dtype.nullable for c in cols))
 
