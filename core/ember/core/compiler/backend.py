@@ -76,7 +76,13 @@ def _checked(call, gm: GraphModule):
 
 
 def _compile(gm: GraphModule, example_inputs, options: dict):
-    g = GraphLowering(gm)
+    device = routing.device_type(example_inputs)
+    use_triton = routing.codegen_for(device, options) == "triton"
+    if use_triton:
+        from ember.core.compiler.codegen import triton as triton_codegen
+
+        device = triton_codegen.check_device(device)
+    g = GraphLowering(gm, device=device if use_triton else "cpu")
     g.run()
     for name in g.fallback_ops:
         capture.record_fallback(name)
@@ -93,21 +99,27 @@ def _compile(gm: GraphModule, example_inputs, options: dict):
     outputs = {o.buf.name for o in g.outputs if isinstance(o, StridedView)}
     steps = schedule(g.nodes, outputs)
     kernels = [s for s in steps if isinstance(s, Kernel)]
-    sources = [cpp.kernel_source(k, buffers) for k in kernels]
+    sources = [] if use_triton else [cpp.kernel_source(k, buffers) for k in kernels]
     libs = {}
     tu = ""
-    if kernels:
+    if use_triton:
+        libs, tu = triton_codegen.load_kernels(kernels, buffers, options)
+    elif kernels:
         tu = cpp.translation_unit([s for s, _ in sources])
         lib = build.load(tu)
         for k, (_, spec) in zip(kernels, sources):
             libs[k.name] = (ctypes_function(lib, k.name, spec), spec)
-    src, globs = WrapperBuilder(g.inputs, g.constants, g.outputs).generate(steps, libs, buffers)
+    src, globs = WrapperBuilder(g.inputs, g.constants, g.outputs,
+                                device=g.device).generate(steps, libs, buffers)
     if output_log.isEnabledFor(logging.INFO):
-        output_log.info("generated C++:\n%s\nwrapper:\n%s", tu, src)
+        output_log.info("generated %s:\n%s\nwrapper:\n%s", "Triton" if use_triton else "C++",
+                        tu, src)
     codegen_log.info("graph: %d IR nodes -> %d kernels, %d externs", len(g.nodes),
                      len(kernels), len(steps) - len(kernels))
     exec(compile(src, "<ember wrapper>", "exec"), globs)
     call = globs["call"]
+    if use_triton:
+        call = triton_codegen.finish(call, gm, options, g.device)
     call._boxed_call = True
     stats["graphs_compiled"] += 1
     stats["kernels"] += len(kernels)

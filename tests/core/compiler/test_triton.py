@@ -1,0 +1,238 @@
+"""Triton codegen, run on CPU by Triton's interpreter: compiler v1's op- and model-level suites
+(every case of ``test_compiler_ops.py`` and ``test_compiler_models.py``) with
+``options={"codegen": "triton", "strict": True}``, plus Triton-only paths (int64 indexing,
+looped reductions, autotuning, the disk cache).
+
+``TRITON_INTERPRET`` must be set before triton is imported, so unless this process was started
+with it, the tests run in a child pytest process that is.
+"""
+
+import importlib.util
+import inspect
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ember.core.compiler import autotune, ir
+from ember.core.compiler import compile as ember_compile
+from ember.core.compiler.backend import compile_graph
+
+pytest.importorskip("triton")
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+interpreted = pytest.mark.skipif(not INTERPRETED, reason="runs in the interpreter subprocess")
+HERE = Path(__file__).parent
+
+
+@pytest.mark.skipif(INTERPRETED, reason="this process already interprets Triton")
+def test_triton_suite_in_an_interpreter_subprocess():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    args = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__]
+    mark = os.environ.get("EMBER_TRITON_MARKS", "not slow")
+    done = subprocess.run(args + ["-m", mark], env=env, capture_output=True, text=True,
+                          timeout=1200, cwd=HERE.parents[2])
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout
+
+
+@pytest.mark.skipif(INTERPRETED, reason="checks the path without the interpreter")
+def test_cpu_tensors_without_interpreter_fall_back_or_raise_in_strict_mode():
+    gm = torch.fx.symbolic_trace(lambda x: x * 2)
+    x = torch.randn(4)
+    with pytest.raises(ir.Unsupported, match="TRITON_INTERPRET"):
+        compile_graph(gm, [x], options={"codegen": "triton", "strict": True})
+    call = compile_graph(gm, [x], options={"codegen": "triton"})
+    torch.testing.assert_close(call([x]), x * 2)
+
+
+# ------------------------------------------------------------ compiler v1's suites, in Triton
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(f"ember_v1_{name}", HERE / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+V1 = {name: _module(name) for name in ("test_compiler_ops", "test_compiler_models")}
+
+
+def _cases():
+    """(id, test function, parameter values, is slow) for every v1 test, expanded."""
+    out = []
+    for mod_name, mod in V1.items():
+        for name, fn in sorted(vars(mod).items()):
+            if not name.startswith("test_") or not callable(fn):
+                continue
+            marks = getattr(fn, "pytestmark", [])
+            slow = any(m.name == "slow" for m in marks)
+            grids = [m for m in marks if m.name == "parametrize"]
+            names, values = [], [[]]
+            for m in grids:
+                argnames = m.args[0]
+                argnames = [a.strip() for a in argnames.split(",")] if isinstance(
+                    argnames, str) else list(argnames)
+                names += argnames
+                values = [v + ([p] if len(argnames) == 1 else list(p))
+                          for v in values for p in m.args[1]]
+            for vals in values:
+                label = "-".join(str(v).replace("torch.", "") for v in vals)
+                case_id = f"{mod_name[len('test_compiler_'):]}::{name}" + (f"[{label}]"
+                                                                         if label else "")
+                out.append((case_id, fn, dict(zip(names, vals)), slow))
+    return out
+
+
+CASES = _cases()
+# v1 cases that do not run in Triton, with the reason (empty: every case runs in Triton).
+NOT_IN_TRITON: dict[str, str] = {}
+# Big shapes that the interpreter takes long over (they run with `-m slow`).
+SLOW_IN_INTERPRETER = {"ops::test_large_parallel_reductions",
+                       "models::test_cnn_with_batchnorm_eval_and_train",
+                       "models::test_transformer_block_inference"}
+
+
+@pytest.fixture
+def tcompile():
+    """ember.core.compile with Triton codegen, strict: any compiler failure raises."""
+    def make(fn, **kwargs):
+        torch._dynamo.reset()
+        options = {"strict": True, "codegen": "triton", **kwargs.pop("options", {})}
+        return ember_compile(fn, options=options, **kwargs)
+    yield make
+    torch._dynamo.reset()
+
+
+def test_every_v1_case_is_listed():
+    ids = [c[0] for c in CASES]
+    assert len(ids) == len(set(ids))
+    assert len(ids) >= 40  # the expansion found the suites' parametrised cases
+    assert set(NOT_IN_TRITON) <= set(ids)
+    print(f"{len(ids) - len(NOT_IN_TRITON)} of {len(ids)} v1 cases run in Triton")
+
+
+def _param(case):
+    case_id, fn, params, slow = case
+    slow = slow or case_id.split("[")[0] in SLOW_IN_INTERPRETER
+    marks = [pytest.mark.slow] if slow else []
+    if case_id in NOT_IN_TRITON:
+        marks.append(pytest.mark.skip(reason=NOT_IN_TRITON[case_id]))
+    return pytest.param(fn, params, id=case_id, marks=marks)
+
+
+@interpreted
+@pytest.mark.parametrize("fn, params", [_param(c) for c in CASES])
+def test_v1_case_in_triton(fn, params, tcompile, matches):
+    from ember.core.compiler.codegen import triton as triton_codegen
+
+    torch.manual_seed(0)
+    before = triton_codegen.stats["graphs"]
+    fixtures = {"ecompile": tcompile, "matches": matches}
+    wanted = inspect.signature(fn).parameters
+    fn(**{k: v for k, v in {**fixtures, **params}.items() if k in wanted})
+    assert triton_codegen.stats["graphs"] > before  # the graphs went through Triton codegen
+
+
+# ------------------------------------------------------------ Triton-only paths
+
+@interpreted
+def test_int64_indexing_variant_matches(tcompile, matches, monkeypatch):
+    from ember.core.compiler.codegen import triton as triton_codegen
+
+    monkeypatch.setattr(triton_codegen, "INT32_LIMIT", 16)  # every launch takes int64 indices
+    x, w = torch.randn(6, 40), torch.randn(40)
+    f = lambda x, w: (x * w + 1, torch.softmax(x, -1), x.sum(0), x.amax())
+    matches(tcompile(f)(x, w), f(x, w), atol=1e-5, rtol=1e-5)
+
+
+@interpreted
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32])
+def test_looped_reductions_match_persistent_ones(tcompile, matches, monkeypatch, dtype):
+    from ember.core.compiler.codegen import triton as triton_codegen
+
+    x = (torch.randn(5, 37) * 10).to(dtype)
+    f = lambda x: (x.sum(-1), x.amax(-1), x.amin(0), x.sum(), (x - x.amax(-1, keepdim=True)) * 2)
+    if dtype.is_floating_point:
+        f = lambda x: (x.sum(-1), x.amax(-1), x.amin(0), torch.softmax(x, -1), x.var(0),
+                       x.sum(), x.prod(-1), (x > 0).any(-1))
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    persistent = tcompile(f)(x)
+    monkeypatch.setattr(triton_codegen, "PERSISTENT_MAX", 4)  # rows of 37 now loop
+    looped = tcompile(f)(x)
+    matches(persistent, f(x), atol=tol, rtol=tol)
+    matches(looped, f(x), atol=tol, rtol=tol)
+
+
+@interpreted
+def test_source_is_cached_on_disk_and_reused(tcompile, matches):
+    from ember.core.compiler.runtime import cache, triton_cache
+
+    f = lambda x: torch.tanh(x) * 3 - x.mean(-1, keepdim=True)
+    x = torch.randn(3, 9)
+    matches(tcompile(f)(x), f(x))
+    files = sorted((cache.cache_dir() / "triton").rglob("*.py"))
+    assert files
+    mtimes = {p: p.stat().st_mtime_ns for p in files}
+    triton_cache._loaded.clear()  # as in a second process: import from the disk cache
+    matches(tcompile(f)(x), f(x))
+    assert {p: p.stat().st_mtime_ns for p in files} == mtimes
+    assert "@triton.jit" in files[-1].read_text()
+
+
+@interpreted
+def test_max_autotune_times_candidates_then_hits_the_disk_cache(tcompile, matches):
+    from ember.core.compiler.codegen import triton as triton_codegen
+
+    x = torch.randn(12, 50)
+    f = lambda x: (torch.softmax(x, -1), x * 2 + 1)
+    assert len(triton_codegen.autotune_candidates("2d", 12, 50, False)) == 2  # interpreter
+    searches, hits = autotune.stats["searches"], autotune.stats["cache_hits"]
+    kernels = triton_codegen.stats["kernels"]
+    matches(tcompile(f, mode="max-autotune")(x), f(x))
+    n = triton_codegen.stats["kernels"] - kernels
+    assert n >= 1 and autotune.stats["searches"] - searches == n  # one search per kernel
+    matches(tcompile(f, mode="max-autotune")(x), f(x))  # recompiled: winners from disk
+    assert autotune.stats["searches"] - searches == n
+    assert autotune.stats["cache_hits"] - hits == n
+    matches(tcompile(f)(x), f(x))  # default mode does not tune
+    assert autotune.stats["searches"] - searches == n
+
+
+@interpreted
+def test_kernel_that_fails_to_build_falls_back_to_eager(monkeypatch):
+    from ember.core.compiler.codegen import triton as triton_codegen
+
+    def broken(self, *args):
+        raise RuntimeError("simulated Triton compile error")
+
+    monkeypatch.setattr(triton_codegen.Launcher, "__call__", broken)
+    x = torch.randn(4, 5)
+    f = lambda x: torch.relu(x) + 1
+    torch._dynamo.reset()
+    out = ember_compile(f, options={"codegen": "triton"})(x)
+    torch.testing.assert_close(out, f(x))
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="simulated"):
+        ember_compile(f, options={"codegen": "triton", "strict": True})(x)
+    torch._dynamo.reset()
+
+
+def test_autotune_candidates_cover_blocks_warps_and_stages():
+    from ember.core.compiler.codegen import triton as triton_codegen
+
+    if INTERPRETED:
+        pytest.skip("the GPU search space is checked without the interpreter")
+    for form, r in (("1d", 1), ("2d", 300), ("2d", 5000)):
+        cands = triton_codegen.autotune_candidates(form, 4096, r, False)
+        assert len(cands) > 4
+        keys = set(itertools.chain.from_iterable(c.items() for c in cands))
+        assert {k for k, _ in keys} >= {"XBLOCK", "num_warps", "num_stages"}
+        assert len({c["XBLOCK"] for c in cands}) > 1 and len({c["num_warps"] for c in cands}) > 1
+    looped = triton_codegen.autotune_candidates("2d", 4096, 5000, False)
+    assert len({c["RBLOCK"] for c in looped}) > 1 and len({c["num_stages"] for c in looped}) > 1
+    assert all(not c["persistent"] for c in looped)
