@@ -44,6 +44,16 @@ def _spec_norms(normalized: bool | str) -> tuple[bool, bool]:
     raise ValueError(f"normalized must be a bool, 'window' or 'frame_length', got {normalized!r}")
 
 
+def _check_spectrogram_args(waveform: Tensor, pad: int, n_fft: int, power: float | None,
+                            center: bool, pad_mode: str) -> None:
+    _check_waveform(waveform)
+    if power is not None and power <= 0:
+        raise ValueError(f"power must be positive or None, got {power}")
+    if center and pad_mode == "reflect" and waveform.shape[-1] + 2 * pad <= n_fft // 2:
+        raise ValueError(f"waveform has {waveform.shape[-1]} samples; reflect padding with "
+                         f"n_fft={n_fft} needs more than {n_fft // 2}")
+
+
 def spectrogram(
     waveform: Tensor,
     pad: int,
@@ -59,12 +69,7 @@ def spectrogram(
     return_complex: bool | None = None,
 ) -> Tensor:
     """Spectrogram ``[..., freq, frames]`` of ``[..., time]``: complex if ``power`` is None."""
-    _check_waveform(waveform)
-    if power is not None and power <= 0:
-        raise ValueError(f"power must be positive or None, got {power}")
-    if center and pad_mode == "reflect" and waveform.shape[-1] + 2 * pad <= n_fft // 2:
-        raise ValueError(f"waveform has {waveform.shape[-1]} samples; reflect padding with "
-                         f"n_fft={n_fft} needs more than {n_fft // 2}")
+    _check_spectrogram_args(waveform, pad, n_fft, power, center, pad_mode)
     if pad > 0:
         waveform = F.pad(waveform, (pad, pad), "constant")
     frame_length_norm, window_norm = _spec_norms(normalized)

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from ember.audio.functional import spectral as FS
+from ember.audio.functional._framed_power import PAD_MODES, stft_power_project
 
 __all__ = [
     "LFCC",
@@ -24,8 +25,6 @@ __all__ = [
 ]
 
 WindowFn = Callable[..., Tensor]
-
-_CHUNK_SAMPLES = 1 << 19  # MelSpectrogram works through long batches this many samples at once
 
 
 def _frame_args(n_fft: int, win_length: int | None, hop_length: int | None) -> tuple[int, int]:
@@ -202,30 +201,36 @@ class MelSpectrogram(nn.Module):
                                   mel_scale)
 
     def forward(self, waveform: Tensor) -> Tensor:
-        if self.power != 2.0:
+        if not self._blocked_cpu_path(waveform):
             return self.mel_scale(self.spectrogram(waveform))
-        FS._check_waveform(waveform)
+        spec = self.spectrogram
+        FS._check_spectrogram_args(waveform, spec.pad, spec.n_fft, self.power, spec.center,
+                                   spec.pad_mode)
+        frame_length_norm, window_norm = FS._spec_norms(spec.normalized)
+        scale = (1.0 / spec.n_fft if frame_length_norm else 1.0) * (
+            1.0 / float(spec.window.pow(2).sum()) if window_norm else 1.0)
+        projection = self.mel_scale.fb.t() * scale if scale != 1.0 else self.mel_scale.fb.t()
         shape = waveform.shape
-        flat = waveform.reshape(-1, shape[-1])
-        # a few hundred thousand samples at a time keep the frames, FFT and power in cache
-        step = max(1, _CHUNK_SAMPLES // max(1, shape[-1]))
-        if flat.shape[0] <= step:
-            out = self._power_mel(flat)
-        else:
-            out = torch.cat([self._power_mel(flat[i:i + step])
-                             for i in range(0, flat.shape[0], step)])
+        out = stft_power_project(waveform.reshape(-1, shape[-1]), spec.window, spec.n_fft,
+                                 spec.hop_length, spec.pad, spec.center, spec.pad_mode,
+                                 projection)
         return out.reshape(shape[:-1] + out.shape[-2:])
 
-    def _power_mel(self, waveform: Tensor) -> Tensor:
-        # |X|^2 summed into the filterbank GEMM: square the interleaved (re, im) pairs and
-        # multiply by the filterbank with each row repeated, which saves a full pass
+    def _blocked_cpu_path(self, waveform: Tensor) -> bool:
+        """Inference on CPU float input: the blocked, threaded power-spectrum path. Anything
+        else (autograd, tracing, other devices) takes the plain torch.stft composition."""
         spec = self.spectrogram
-        stft = FS.spectrogram(waveform, spec.pad, spec.window, spec.n_fft, spec.hop_length,
-                              spec.win_length, None, spec.normalized, spec.center,
-                              spec.pad_mode, spec.onesided)
-        frames = torch.view_as_real(stft.transpose(-1, -2)).flatten(-2)  # (..., time, 2*freq)
-        fb = self.mel_scale.fb.repeat_interleave(2, dim=0)
-        return torch.matmul(frames.square(), fb).transpose(-1, -2)
+        if (self.power != 2.0 or torch.compiler.is_compiling()
+                or not isinstance(waveform, Tensor) or waveform.device.type != "cpu"
+                or waveform.dtype not in (torch.float32, torch.float64)
+                or spec.window.dtype != waveform.dtype or spec.window.device.type != "cpu"
+                or spec.pad_mode not in PAD_MODES or waveform.ndim < 1):
+            return False
+        if torch.is_grad_enabled() and (waveform.requires_grad or spec.window.requires_grad
+                                        or self.mel_scale.fb.requires_grad):
+            return False
+        padded = waveform.shape[-1] + 2 * spec.pad + (2 * (spec.n_fft // 2) if spec.center else 0)
+        return padded >= spec.n_fft
 
 
 def _dct_type(dct_type: int) -> None:

@@ -1,0 +1,157 @@
+"""The CPU inference fast paths (blocked mel power spectrum, worker threads) against the
+plain torch compositions they replace."""
+
+import itertools
+import threading
+
+import pytest
+import torch
+
+from ember.audio import _workers
+from ember.audio import transforms as T
+from ember.audio.functional import _framed_power as FP
+from ember.audio.functional import melscale_fbanks
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Blocks of 7 frames: every signal crosses block boundaries and edge blocks."""
+    monkeypatch.setattr(FP, "BLOCK_FRAMES", 7)
+
+
+@pytest.fixture
+def two_threads():
+    prev = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(prev)
+
+
+CASES = list(itertools.product([300, 1001], [64, 100], [16, 37], [None, 50], [0, 40],
+                               [True, False], sorted(FP.PAD_MODES)))
+
+
+@pytest.mark.parametrize("length,n_fft,hop,win,pad,center,mode", CASES[::3])
+def test_stft_power_project_equals_stft_power_then_matmul(small_blocks, length, n_fft, hop,
+                                                          win, pad, center, mode):
+    g = torch.Generator().manual_seed(length + n_fft + hop)
+    x = torch.randn(3, length, dtype=torch.float64, generator=g)
+    window = torch.hann_window(win or n_fft, dtype=torch.float64)
+    ref = torch.stft(torch.nn.functional.pad(x, (pad, pad)), n_fft, hop,
+                     win_length=win or n_fft, window=window, center=center, pad_mode=mode,
+                     return_complex=True).abs().square()
+    proj = torch.rand(5, n_fft // 2 + 1, dtype=torch.float64, generator=g)
+    proj[:, ::3] = 0
+    proj[2] = 0  # an all-zero filter
+    got = FP.stft_power_project(x, window, n_fft, hop, pad, center, mode, proj)
+    torch.testing.assert_close(got, proj @ ref, atol=1e-10, rtol=1e-10)
+
+
+def test_band_groups_cover_every_row_and_nonzero_column():
+    fb = melscale_fbanks(201, 0.0, 8000.0, 80, 16000).t()
+    groups = FP.band_groups(fb)
+    assert [g[0] for g in groups] == [0] + [g[1] for g in groups[:-1]] and groups[-1][1] == 80
+    assert 1 < len(groups) < 80
+    covered = torch.zeros_like(fb, dtype=torch.bool)
+    for m0, m1, c0, c1 in groups:
+        covered[m0:m1, c0:c1] = True
+    assert not (fb != 0)[~covered].any()
+    assert sum((m1 - m0) * (c1 - c0) for m0, m1, c0, c1 in groups) < fb.numel() / 2
+    dense = torch.ones(4, 9)
+    assert FP.band_groups(dense) == [(0, 4, 0, 9)]
+
+
+MEL_SETTINGS = [
+    dict(n_fft=400, hop_length=160, n_mels=80),
+    dict(n_fft=512, win_length=400, hop_length=128, n_mels=64, norm="slaney",
+         mel_scale="slaney", f_min=30.0, f_max=7600.0),
+    dict(n_fft=256, n_mels=40, pad=30, normalized=True),
+    dict(n_fft=256, n_mels=40, normalized="frame_length", center=False),
+    dict(n_fft=256, n_mels=40, pad_mode="constant"),
+]
+
+
+@pytest.mark.parametrize("kw", MEL_SETTINGS)
+def test_mel_spectrogram_fast_path_equals_plain_composition(small_blocks, two_threads, kw):
+    tr = T.MelSpectrogram(sample_rate=16000, **kw)
+    x = torch.randn(2, 3, 4000, generator=torch.Generator().manual_seed(1))
+    assert tr._blocked_cpu_path(x)
+    plain = tr.mel_scale(tr.spectrogram(x))
+    got = tr(x)
+    assert got.shape == plain.shape and got.is_contiguous()
+    torch.testing.assert_close(got, plain, atol=1e-4 * float(plain.abs().max()), rtol=1e-5)
+    x64 = x.double()
+    tr64 = tr.double()
+    torch.testing.assert_close(tr64(x64), tr64.mel_scale(tr64.spectrogram(x64)),
+                               atol=1e-9, rtol=1e-9)
+
+
+def test_mel_spectrogram_autograd_takes_the_differentiable_path():
+    tr = T.MelSpectrogram(n_fft=256, n_mels=40)
+    x = torch.randn(2, 2000, requires_grad=True)
+    assert not tr._blocked_cpu_path(x)
+    with torch.no_grad():
+        assert tr._blocked_cpu_path(x)
+        fast = tr(x)
+    out = tr(x)
+    out.sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    torch.testing.assert_close(out.detach(), fast, atol=1e-4 * float(fast.max()), rtol=1e-5)
+
+
+def test_mel_spectrogram_errors_match_the_plain_path():
+    with pytest.raises(ValueError, match="reflect padding"):
+        T.MelSpectrogram(n_fft=400, n_mels=40)(torch.randn(2, 150))
+    with pytest.raises(RuntimeError):  # torch.stft: shorter than one frame without centring
+        T.MelSpectrogram(n_fft=400, n_mels=40, center=False)(torch.randn(2, 150))
+    assert T.MelSpectrogram(n_fft=256, n_mels=40)(torch.randn(0, 3, 1000)).shape == (0, 3, 40, 8)
+
+
+def test_run_units_runs_each_unit_once_on_single_threaded_threads(two_threads):
+    seen, threads, counts = [], set(), set()
+    lock = threading.Lock()
+    meet = threading.Barrier(2, timeout=30)  # units 0 and 1 can only finish side by side
+
+    def unit(i):
+        if i < 2:
+            meet.wait()
+        with lock:
+            seen.append(i)
+            threads.add(threading.get_ident())
+            counts.add(torch.get_num_threads())
+
+    _workers.run_units(unit, 50)
+    assert sorted(seen) == list(range(50))
+    assert counts == {1} and len(threads) == 2
+    assert torch.get_num_threads() == 2  # the caller's setting is restored
+
+    nested = []
+    _workers.run_units(lambda i: _workers.run_units(nested.append, 3), 4)  # no deadlock
+    assert sorted(nested) == sorted(list(range(3)) * 4)
+
+
+def test_run_units_reraises_a_units_error(two_threads):
+    def unit(i):
+        if i == 3:
+            raise KeyError("unit 3")
+
+    with pytest.raises(KeyError, match="unit 3"):
+        _workers.run_units(unit, 8)
+    assert torch.get_num_threads() == 2
+
+
+def test_run_units_inline_with_one_thread():
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        threads = set()
+        _workers.run_units(lambda i: threads.add(threading.get_ident()), 5)
+        assert threads == {threading.get_ident()}
+    finally:
+        torch.set_num_threads(prev)
+
+
+def test_scratch_buffers_are_reused_per_thread():
+    a = _workers.scratch("t", (4, 5), torch.float32)
+    b = _workers.scratch("t", (2, 3), torch.float32)
+    assert a.shape == (4, 5) and b.shape == (2, 3) and a.data_ptr() == b.data_ptr()
