@@ -92,9 +92,7 @@ CASES = _cases()
 # v1 cases that do not run in Triton, with the reason (empty: every case runs in Triton).
 NOT_IN_TRITON: dict[str, str] = {}
 # Big shapes that the interpreter takes long over (they run with `-m slow`).
-SLOW_IN_INTERPRETER = {"ops::test_large_parallel_reductions",
-                       "models::test_cnn_with_batchnorm_eval_and_train",
-                       "models::test_transformer_block_inference"}
+SLOW_IN_INTERPRETER = {"ops::test_large_parallel_reductions"}
 
 
 @pytest.fixture

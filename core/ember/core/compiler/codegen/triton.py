@@ -595,6 +595,7 @@ class Launcher:
 
 def load_kernels(kernels: list, buffers: dict, options: dict) -> tuple[dict, str]:
     """Generate, cache and import one graph's kernels: ({name: (launcher, arg spec)}, source)."""
+    stats["graphs"] += 1
     if not kernels:
         return {}, ""
     parts, specs = [], []
@@ -604,7 +605,6 @@ def load_kernels(kernels: list, buffers: dict, options: dict) -> tuple[dict, str
         specs.append(spec)
     source = PRELUDE + "\n\n" + "\n\n".join(parts)
     module = triton_cache.load(source)
-    stats["graphs"] += 1
     stats["kernels"] += len(kernels)
     tune = options.get("mode") in ("max-autotune", "max-autotune-no-cudagraphs")
     libs = {}
