@@ -431,3 +431,20 @@ def test_per_sample_random_transform_touches_only_chosen_images():
     assert any(changed) and not all(changed)
     for i in range(10):
         assert torch.equal(out[i], gray[i] if changed[i] else x[i])
+
+
+def test_fused_tail_writes_into_the_output_and_keeps_inputs(monkeypatch):
+    """The fused run's last stages overwrite only buffers it owns: the caller's batch is
+    untouched and the result equals stage-by-stage calls."""
+    import ember.vision.transforms._transform as base
+
+    monkeypatch.setattr(base, "_CHUNK_BYTES", 3 * 20 * 24 * 4 * 2)
+    x = batch(9, 20, 24).float() / 255
+    keep = x.clone()
+    pipe = T.Compose([T.ColorJitter(0.4, 0.4, 0.4, 0.1, per_sample=True),
+                      T.Normalize([0.5] * 3, [0.25] * 3)])
+    torch.manual_seed(3)
+    fused = pipe(x)
+    assert torch.equal(x, keep)
+    torch.manual_seed(3)
+    assert torch.allclose(fused, _stagewise(pipe, x), atol=1e-5)

@@ -48,10 +48,22 @@ class ColorJitter(Transform):
         return {"order": order, "factors": [draw(self.brightness), draw(self.contrast),
                                             draw(self.saturation), draw(self.hue)]}
 
-    def transform(self, inpt, params):
-        if (type(inpt) in (torch.Tensor, tv_tensors.Image, tv_tensors.Video)
+    in_place = True
+
+    @staticmethod
+    def _float_rgb(inpt) -> bool:
+        return (type(inpt) in (torch.Tensor, tv_tensors.Image, tv_tensors.Video)
                 and inpt.dtype in (torch.float32, torch.float64) and inpt.ndim >= 3
-                and inpt.shape[-3] == 3 and not torch.compiler.is_compiling()):
+                and inpt.shape[-3] == 3 and not torch.compiler.is_compiling())
+
+    def transform_(self, inpt, params):
+        if self._float_rgb(inpt):
+            jitter_(plain(inpt), params["order"], params["factors"])
+            return inpt
+        return super().transform_(inpt, params)
+
+    def transform(self, inpt, params):
+        if self._float_rgb(inpt):
             out = jitter_(plain(inpt).clone(), params["order"], params["factors"])
             return tv_tensors.wrap(out, like=inpt) if inpt is not plain(inpt) else out
         fns = (F.adjust_brightness, F.adjust_contrast, F.adjust_saturation, F.adjust_hue)

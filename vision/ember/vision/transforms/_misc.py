@@ -15,8 +15,10 @@ from ember.vision.transforms._transform import (
     RandomTransform,
     Transform,
     batch_info,
+    plain,
     query_size,
 )
+from ember.vision.transforms.functional._utils import max_value
 from ember.vision.tv_tensors import _as_format
 
 
@@ -35,8 +37,13 @@ class Normalize(Transform):
             raise ValueError(f"std must not contain zeros, got {std}")
         self.mean, self.std, self.inplace = mean, std, inplace
 
+    in_place = True
+
     def transform(self, inpt, params):
         return F.normalize(inpt, self.mean, self.std, self.inplace)
+
+    def transform_(self, inpt, params):
+        return F.normalize(inpt, self.mean, self.std, True)
 
 
 class ToDtype(Transform):
@@ -62,6 +69,16 @@ class ToDtype(Transform):
             if dtype is None:
                 return inpt
         return F.to_dtype(inpt, dtype, self.scale)
+
+    def transform_into(self, inpt, params, out):
+        if (type(inpt) in (torch.Tensor, tv_tensors.Image, tv_tensors.Video) and self.scale
+                and out.dtype == self.dtype and out.dtype.is_floating_point
+                and inpt.dtype in (torch.uint8, torch.int16, torch.int32, torch.int64)):
+            x = plain(inpt)
+            # the conversion of F.to_dtype, without a fresh buffer
+            out.copy_(x).mul_(1.0 / max_value(x.dtype))
+            return
+        super().transform_into(inpt, params, out)
 
 
 class RandomErasing(RandomTransform):

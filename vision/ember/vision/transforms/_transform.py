@@ -239,6 +239,9 @@ def run_fused(stages: Sequence[Transform], sample: Any) -> Any:
         head_out.extend(cur)
 
     per_image_parallel(head, 1)
+    active = [(t, d) for t, d in zip(stages, draws) if d is not None]
+    if not active:
+        return sample
     if n <= k:
         out = head_out
     else:
@@ -250,16 +253,30 @@ def run_fused(stages: Sequence[Transform], sample: Any) -> Any:
             outs = [plain(f).new_empty((n,) + tuple(f.shape[1:])) for f in head_out]
             for o, f in zip(outs, head_out):
                 o[:k] = plain(f)
+        into = None if in_place or len(targets) != 1 else _into_stage(active)
         starts = list(range(k, n, k))
 
         def one(ci: int) -> None:
             sl = slice(starts[ci], starts[ci] + k)
             cur = [_rows(x, sl) for x in targets]
-            for d in draws:
-                if d is not None:
-                    p = _slice_params(d[0], sl, n)
-                    cur = [d[1](x, p) for x in cur]
-            if not in_place:
+            for j, (t, (params, fn)) in enumerate(active):
+                p = _slice_params(params, sl, n)
+                if into is None or j < into:
+                    cur = [fn(x, p) for x in cur]
+                    continue
+                x = cur[0]
+                if j == into:  # the result goes straight into the output rows
+                    dest = outs[0][sl]
+                    if fn == t.transform:
+                        t.transform_into(x, p, dest)
+                    else:
+                        dest.copy_(plain(fn(x, p)))
+                    x = tv_tensors.wrap(dest, like=x) if isinstance(x, tv_tensors.TVTensor) \
+                        else dest
+                else:  # later stages overwrite the output rows they own
+                    t.transform_(x, p)
+                cur = [x]
+            if into is None and not in_place:
                 for o, r in zip(outs, cur):
                     o[sl] = plain(r)
 
@@ -270,17 +287,36 @@ def run_fused(stages: Sequence[Transform], sample: Any) -> Any:
     return tree_unflatten([next(done) if c else x for x, c in zip(leaves, chosen)], spec)
 
 
+def _into_stage(active: list) -> int:
+    """The stage whose result is written into the output: the trailing stages after it can
+    all overwrite their input (``in_place``), so no later buffer or final copy is needed."""
+    j = len(active) - 1
+    while j > 0 and active[j][0].in_place and active[j][1][1] == active[j][0].transform:
+        j -= 1
+    return j
+
+
 class Transform(nn.Module):
     """Base class: ``make_params`` draws once per call, ``transform`` maps one leaf."""
 
     per_sample: bool = False
     chunkable: bool = False  # transform() treats images independently along dim 0
+    in_place: bool = False  # transform_() computes into its input, keeping shape and dtype
 
     def make_params(self, leaves: list) -> dict[str, Any]:
         return {}
 
     def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
         raise NotImplementedError
+
+    def transform_(self, inpt: Any, params: dict[str, Any]) -> Any:
+        """``transform`` computed into ``inpt`` itself, a buffer the caller owns."""
+        plain(inpt).copy_(plain(self.transform(inpt, params)))
+        return inpt
+
+    def transform_into(self, inpt: Any, params: dict[str, Any], out: torch.Tensor) -> None:
+        """``transform`` with its result written into ``out`` (its shape and dtype)."""
+        out.copy_(plain(self.transform(inpt, params)))
 
     def draw(self, targets: list) -> tuple[dict[str, Any], Any] | None:
         """This call's parameters and per-leaf function, or None when the call keeps the
