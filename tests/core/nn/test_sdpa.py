@@ -8,23 +8,28 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ember.core import kernels
-from ember.core.nn import attention_cpu, attention_math
+from ember.core.nn import attention_cpu, attention_math, attention_native
 from ember.core.nn.attention_dropout import keep_scale
 from ember.core.nn.functional import scaled_dot_product_attention as sdpa
 
 
-@pytest.fixture(params=["one_tile", "many_tiles", "threaded"])
+@pytest.fixture(params=["one_tile", "many_tiles", "threaded", "native_one_tile",
+                        "native_many_tiles"])
 def tiles(request, monkeypatch):
-    """Run each case with one big tile, with many small tiles (online softmax across tiles),
-    and with many tiles spread over the worker threads."""
-    if request.param == "one_tile":
-        monkeypatch.setattr(attention_cpu, "BLOCK_Q", 4096)
-        monkeypatch.setattr(attention_cpu, "BLOCK_K", 4096)
-    else:
-        monkeypatch.setattr(attention_cpu, "BLOCK_Q", 16)
-        monkeypatch.setattr(attention_cpu, "BLOCK_K", 16)
+    """Run each case through the torch-op tiles with one big tile, with many small tiles (online
+    softmax across tiles) and with many tiles spread over the worker threads; and through the
+    native kernel (always threaded) with one and with many tiles. Dropout always takes the
+    torch-op tiles."""
+    native = request.param.startswith("native")
+    monkeypatch.setattr(attention_native, "enabled", native)
+    big = request.param.endswith("one_tile")
+    module = attention_native if native else attention_cpu
+    monkeypatch.setattr(module, "BLOCK_Q", 4096 if big else 16)
+    monkeypatch.setattr(module, "BLOCK_K", 4096 if big else 16)
     monkeypatch.setattr(attention_cpu, "THREADED_MIN_ELEMENTS",
                         0 if request.param == "threaded" else 1 << 62)
+    if native:
+        assert attention_native.available(*[torch.zeros(1)] * 3, 0.0), "native kernel missing"
     return request.param
 
 
@@ -151,8 +156,9 @@ def test_mask_requiring_grad_matches_torch():
 
 
 def test_never_materialises_the_score_matrix(monkeypatch):
-    """Every intermediate of the CPU kernel is far smaller than L x S per head."""
+    """Every intermediate of the torch-op tiles is far smaller than L x S per head."""
     # dispatch modes are per thread: run the units inline so every op is seen
+    monkeypatch.setattr(attention_native, "enabled", False)
     monkeypatch.setattr(attention_cpu, "_workers", lambda: None)
     monkeypatch.setattr(attention_cpu, "BLOCK_Q", 128)
     monkeypatch.setattr(attention_cpu, "BLOCK_K", 256)
@@ -174,6 +180,34 @@ def test_never_materialises_the_score_matrix(monkeypatch):
                                None)
     assert len(sizes) > 100  # the tile loop was recorded
     assert max(sizes) <= length * length // 16
+
+
+def test_native_kernel_allocates_only_linear_tensors(monkeypatch):
+    """The native kernel's tensors are O(L) per head; its C++ tiles are BLOCK_Q x BLOCK_K."""
+    monkeypatch.setattr(attention_native, "enabled", True)
+    sizes = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(t, torch.Tensor):
+                    sizes.append(t.numel())
+            return out
+
+    length = 2048
+    q, k, v = (torch.randn(1, 1, length, 8) for _ in range(3))
+    with Record():
+        out, lse = attention_cpu.forward(q, k, v, None, 0.0, True, 0.3, None)
+        grads = attention_cpu.backward(torch.ones_like(out), q, k, v, out, lse, None, 0.0, True,
+                                       0.3, None)
+    assert max(sizes) <= torch.get_num_threads() * length * 8
+    ref = F.scaled_dot_product_attention(*(t.requires_grad_() for t in (q, k, v)),
+                                         is_causal=True, scale=0.3)
+    ref.backward(torch.ones_like(ref))
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for g, t in zip(grads, (q, k, v)):
+        torch.testing.assert_close(g, t.grad, rtol=1e-4, atol=1e-4)
 
 
 def test_dropout_statistics():

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from ember.core.nn import attention_native
 from ember.core.nn.attention_dropout import keep_scale
 from ember.core.nn.attention_math import repeat_kv
 
@@ -137,9 +138,9 @@ class _Tiles:
         self.heads = n * h
         self.dtype = _compute_dtype(q.dtype)
         # scale is folded into q once; k, v are repeated for grouped-query heads.
-        self.q = (q.to(self.dtype) * scale).reshape(self.heads, self.length_q, -1)
-        self.k = repeat_kv(k.to(self.dtype), h).reshape(self.heads, self.length_k, -1)
-        self.v = repeat_kv(v.to(self.dtype), h).reshape(self.heads, self.length_k, -1)
+        self.q = (q.to(self.dtype) * scale).reshape(self.heads, self.length_q, q.shape[-1])
+        self.k = repeat_kv(k.to(self.dtype), h).reshape(self.heads, self.length_k, k.shape[-1])
+        self.v = repeat_kv(v.to(self.dtype), h).reshape(self.heads, self.length_k, v.shape[-1])
         self.mask = None if attn_mask is None else attn_mask.expand(n, h, self.length_q,
                                                                    self.length_k)
         self.dropout_p, self.is_causal, self.rng = dropout_p, is_causal, rng
@@ -200,6 +201,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.
             dropout_p: float, is_causal: bool, scale: float,
             rng: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Output ``[N, H, L, Ev]`` in q's dtype and log-sum-exp ``[N, H, L]`` (float32/64)."""
+    if attention_native.available(q, k, v, dropout_p):
+        return attention_native.forward(q, k, v, attn_mask, is_causal, scale)
     t = _Tiles(q, k, v, attn_mask, dropout_p, is_causal, scale, rng)
     n, h = t.shape4
     value_dim = v.shape[-1]
@@ -247,6 +250,9 @@ def backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
              dropout_p: float, is_causal: bool, scale: float,
              rng: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients for q, k, v, recomputing each probability tile from the saved log-sum-exp."""
+    if attention_native.available(q, k, v, dropout_p):
+        return attention_native.backward(grad_out, q, k, v, out, lse, attn_mask, is_causal,
+                                         scale)
     t = _Tiles(q, k, v, attn_mask, dropout_p, is_causal, scale, rng)
     n, h = t.shape4
     hkv = k.shape[1]

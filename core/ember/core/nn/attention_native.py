@@ -1,0 +1,410 @@
+"""The CPU attention tiles in one native call: C++ with OpenMP, GEMMs through torch's BLAS.
+
+Same algorithm as :mod:`attention_cpu` (online softmax over key blocks, backward recomputing
+each probability tile from the log-sum-exp), but one call per op instead of ~15 torch ops per
+tile: no per-tile Python, no GIL hand-offs between workers, max/exp/sum fused in one pass.
+The matrix products go through the BLAS that torch itself links (``sgemm_``/``dgemm_``
+exported by ``libtorch_cpu``), called single-threaded inside our OpenMP team. Where that
+symbol or a C++ compiler is missing, :func:`available` is False and the torch-op tiles run.
+Dropout is left to the torch-op tiles (its Philox stream lives there), and so are forked
+children.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+
+import torch
+
+from ember.core.logs import get_logger
+
+_log = get_logger("attention")
+
+# Tile sizes (queries x keys): a 512 x 256 float32 tile is 512 KiB, so the backward's two
+# tiles fit a 1 MiB L2; tall tiles re-read K and V fewer times. Query blocks shrink until
+# every thread has several units of work.
+BLOCK_Q = 512
+BLOCK_K = 256
+MIN_UNITS_PER_THREAD = 4
+
+_SOURCE = r"""
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+#include <algorithm>
+#include <omp.h>
+
+typedef void (*sgemm_t)(const char*, const char*, const int*, const int*, const int*,
+                        const float*, const float*, const int*, const float*, const int*,
+                        const float*, float*, const int*);
+typedef void (*dgemm_t)(const char*, const char*, const int*, const int*, const int*,
+                        const double*, const double*, const int*, const double*, const int*,
+                        const double*, double*, const int*);
+
+static sgemm_t g_sgemm = nullptr;
+static dgemm_t g_dgemm = nullptr;
+
+extern "C" void ember_attn_set_blas(void* s, void* d) {
+  g_sgemm = (sgemm_t)s;
+  g_dgemm = (dgemm_t)d;
+}
+
+// Row-major C[m x n] (ldc) = alpha * op(A) op(B) + beta * C, through column-major BLAS:
+// C^T = op(B)^T op(A)^T. ta/tb: A/B are stored transposed (A is k x m, B is n x k).
+static void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+                 const float* b, int ldb, float beta, float* c, int ldc) {
+  const char tA = tb ? 'T' : 'N', tB = ta ? 'T' : 'N';
+  g_sgemm(&tA, &tB, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc);
+}
+static void gemm(bool ta, bool tb, int m, int n, int k, double alpha, const double* a, int lda,
+                 const double* b, int ldb, double beta, double* c, int ldc) {
+  const char tA = tb ? 'T' : 'N', tB = ta ? 'T' : 'N';
+  g_dgemm(&tA, &tB, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc);
+}
+
+// exp for float that vectorises (Cody-Waite reduction, degree-6 polynomial, ~1 ulp).
+static inline float fast_exp(float x0) {
+  const float x = std::min(std::max(x0, -87.0f), 88.5f);
+  float n = std::nearbyint(x * 1.44269504088896341f);
+  float r = x - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187e-06f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = ((int32_t)n + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return x0 < -87.0f ? 0.0f : p * scale;  // below: 0 (incl. -inf), no denormals
+}
+static inline double fast_exp(double x) { return std::exp(x); }
+
+template <typename T>
+struct Problem {
+  const T *q, *k, *v;        // [heads, L, E], [kv_heads, S, E], [kv_heads, S, Ev]
+  int64_t heads, h, group;   // heads = N * H; group = H / Hkv
+  int64_t L, S, E, Ev;
+  const void* mask;          // null, uint8 (keep) or T (added); strides over (n, h, i, j)
+  int mask_kind;             // 0 none, 1 bool, 2 additive
+  int64_t ms[4];
+  int causal;
+  int64_t bq, bk;
+  int64_t kv_head(int64_t f) const { return (f / h) * (h / group) + (f % h) / group; }
+};
+
+// Scores tile rows [i0, i1) x cols [j0, j1) of head f: q k^T plus causal/mask (-inf).
+template <typename T>
+static void scores(const Problem<T>& P, int64_t f, int64_t i0, int64_t i1, int64_t j0,
+                   int64_t j1, T* s) {
+  const int nq = (int)(i1 - i0), nk = (int)(j1 - j0);
+  const int64_t g = P.kv_head(f);
+  gemm(false, true, nq, nk, (int)P.E, T(1), P.q + (f * P.L + i0) * P.E, (int)P.E,
+       P.k + (g * P.S + j0) * P.E, (int)P.E, T(0), s, nk);
+  const T ninf = -std::numeric_limits<T>::infinity();
+  if (P.causal && j1 - 1 > i0) {
+    for (int r = 0; r < nq; ++r) {
+      int64_t first = std::max<int64_t>(i0 + r + 1 - j0, 0);
+      for (int64_t c = first; c < nk; ++c) s[(int64_t)r * nk + c] = ninf;
+    }
+  }
+  if (P.mask_kind) {
+    const int64_t b = f / P.h, hh = f % P.h;
+    for (int r = 0; r < nq; ++r) {
+      T* row = s + (int64_t)r * nk;
+      int64_t base = b * P.ms[0] + hh * P.ms[1] + (i0 + r) * P.ms[2] + j0 * P.ms[3];
+      if (P.mask_kind == 1) {
+        const uint8_t* m = (const uint8_t*)P.mask + base;
+        for (int c = 0; c < nk; ++c) if (!m[c * P.ms[3]]) row[c] = ninf;
+      } else {
+        const T* m = (const T*)P.mask + base;
+        for (int c = 0; c < nk; ++c) row[c] += m[c * P.ms[3]];
+      }
+    }
+  }
+}
+
+template <typename T>
+static int64_t key_end(const Problem<T>& P, int64_t i1) {
+  return P.causal ? std::min(P.S, i1) : P.S;
+}
+
+template <typename T>
+static void forward(const Problem<T>& P, T* out, T* lse, int nthreads) {
+  const int64_t nblocks = (P.L + P.bq - 1) / P.bq, units = P.heads * nblocks;
+  const T ninf = -std::numeric_limits<T>::infinity();
+#pragma omp parallel num_threads(nthreads)
+  {
+    std::vector<T> s(P.bq * P.bk), acc(P.bq * P.Ev), mx(P.bq), sum(P.bq);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t u = 0; u < units; ++u) {
+      const int64_t unit = units - 1 - u;  // causal: the longest rows first
+      const int64_t f = unit / nblocks, i0 = (unit % nblocks) * P.bq;
+      const int64_t i1 = std::min(P.L, i0 + P.bq), nq = i1 - i0;
+      std::fill(acc.begin(), acc.begin() + nq * P.Ev, T(0));
+      std::fill(mx.begin(), mx.begin() + nq, ninf);
+      std::fill(sum.begin(), sum.begin() + nq, T(0));
+      const int64_t end = key_end(P, i1);
+      for (int64_t j0 = 0; j0 < end; j0 += P.bk) {
+        const int64_t j1 = std::min(end, j0 + P.bk), nk = j1 - j0;
+        scores(P, f, i0, i1, j0, j1, s.data());
+        for (int64_t r = 0; r < nq; ++r) {
+          T* row = s.data() + r * nk;
+          T m = ninf;
+#pragma omp simd reduction(max : m)
+          for (int64_t c = 0; c < nk; ++c) m = row[c] > m ? row[c] : m;
+          const T m_new = std::max(m, mx[r]);
+          if (m_new == ninf) {  // every key so far masked: this row contributes nothing
+            std::fill(row, row + nk, T(0));
+            continue;
+          }
+          T total = 0;
+#pragma omp simd reduction(+ : total)
+          for (int64_t c = 0; c < nk; ++c) {
+            T p = fast_exp(row[c] - m_new);
+            row[c] = p;
+            total += p;
+          }
+          if (m_new != mx[r]) {
+            const T alpha = mx[r] == ninf ? T(0) : fast_exp(mx[r] - m_new);
+            T* a = acc.data() + r * P.Ev;
+            for (int64_t c = 0; c < P.Ev; ++c) a[c] *= alpha;
+            sum[r] *= alpha;
+            mx[r] = m_new;
+          }
+          sum[r] += total;
+        }
+        const int64_t g = P.kv_head(f);
+        gemm(false, false, (int)nq, (int)P.Ev, (int)nk, T(1), s.data(), (int)nk,
+             P.v + (g * P.S + j0) * P.Ev, (int)P.Ev, T(1), acc.data(), (int)P.Ev);
+      }
+      for (int64_t r = 0; r < nq; ++r) {
+        T* o = out + (f * P.L + i0 + r) * P.Ev;
+        const T* a = acc.data() + r * P.Ev;
+        if (sum[r] > 0) {
+          const T inv = T(1) / sum[r];
+          for (int64_t c = 0; c < P.Ev; ++c) o[c] = a[c] * inv;
+          lse[f * P.L + i0 + r] = mx[r] + std::log(sum[r]);
+        } else {
+          for (int64_t c = 0; c < P.Ev; ++c) o[c] = 0;
+          lse[f * P.L + i0 + r] = ninf;
+        }
+      }
+    }
+  }
+}
+
+// dq [heads, L, E] (unscaled: times scale by the caller); dk, dv: [threads, kv_heads, S, *]
+// accumulated per thread, summed by the caller. lse/delta: [heads, L].
+template <typename T>
+static void backward(const Problem<T>& P, const T* go, const T* lse, const T* delta, T* dq,
+                     T* dk, T* dv, int nthreads) {
+  const int64_t nblocks = (P.L + P.bq - 1) / P.bq, units = P.heads * nblocks;
+  const int64_t kv_heads = P.heads / P.group;
+  const T ninf = -std::numeric_limits<T>::infinity();
+#pragma omp parallel num_threads(nthreads)
+  {
+    std::vector<T> p(P.bq * P.bk), dp(P.bq * P.bk);
+    T* my_dk = dk + (int64_t)omp_get_thread_num() * kv_heads * P.S * P.E;
+    T* my_dv = dv + (int64_t)omp_get_thread_num() * kv_heads * P.S * P.Ev;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t u = 0; u < units; ++u) {
+      const int64_t unit = units - 1 - u;
+      const int64_t f = unit / nblocks, i0 = (unit % nblocks) * P.bq;
+      const int64_t i1 = std::min(P.L, i0 + P.bq), nq = i1 - i0;
+      const int64_t g = P.kv_head(f);
+      const T* go_i = go + (f * P.L + i0) * P.Ev;
+      const T* q_i = P.q + (f * P.L + i0) * P.E;
+      T* dq_i = dq + (f * P.L + i0) * P.E;
+      const int64_t end = key_end(P, i1);
+      for (int64_t j0 = 0; j0 < end; j0 += P.bk) {
+        const int64_t j1 = std::min(end, j0 + P.bk), nk = j1 - j0;
+        scores(P, f, i0, i1, j0, j1, p.data());
+        for (int64_t r = 0; r < nq; ++r) {
+          T* row = p.data() + r * nk;
+          const T l = lse[f * P.L + i0 + r];
+          if (l == ninf) {
+            std::fill(row, row + nk, T(0));
+            continue;
+          }
+#pragma omp simd
+          for (int64_t c = 0; c < nk; ++c) row[c] = fast_exp(row[c] - l);
+        }
+        // dV_j += P^T dO_i ; dP = dO_i V_j^T
+        gemm(true, false, (int)nk, (int)P.Ev, (int)nq, T(1), p.data(), (int)nk, go_i,
+             (int)P.Ev, T(1), my_dv + (g * P.S + j0) * P.Ev, (int)P.Ev);
+        gemm(false, true, (int)nq, (int)nk, (int)P.Ev, T(1), go_i, (int)P.Ev,
+             P.v + (g * P.S + j0) * P.Ev, (int)P.Ev, T(0), dp.data(), (int)nk);
+        for (int64_t r = 0; r < nq; ++r) {
+          const T d = delta[f * P.L + i0 + r];
+          T* ds = dp.data() + r * nk;
+          const T* pr = p.data() + r * nk;
+#pragma omp simd
+          for (int64_t c = 0; c < nk; ++c) ds[c] = pr[c] * (ds[c] - d);
+        }
+        // dQ_i += dS K_j ; dK_j += dS^T Q_i
+        gemm(false, false, (int)nq, (int)P.E, (int)nk, T(1), dp.data(), (int)nk,
+             P.k + (g * P.S + j0) * P.E, (int)P.E, T(1), dq_i, (int)P.E);
+        gemm(true, false, (int)nk, (int)P.E, (int)nq, T(1), dp.data(), (int)nk, q_i,
+             (int)P.E, T(1), my_dk + (g * P.S + j0) * P.E, (int)P.E);
+      }
+    }
+  }
+}
+
+template <typename T>
+static Problem<T> problem(const void* q, const void* k, const void* v, const int64_t* dims,
+                          const void* mask, int mask_kind, const int64_t* ms, int causal) {
+  Problem<T> P;
+  P.q = (const T*)q; P.k = (const T*)k; P.v = (const T*)v;
+  P.heads = dims[0]; P.h = dims[1]; P.group = dims[2];
+  P.L = dims[3]; P.S = dims[4]; P.E = dims[5]; P.Ev = dims[6];
+  P.bq = dims[7]; P.bk = dims[8];
+  P.mask = mask; P.mask_kind = mask_kind;
+  for (int i = 0; i < 4; ++i) P.ms[i] = ms[i];
+  P.causal = causal;
+  return P;
+}
+
+// dims: heads, H, group, L, S, E, Ev, block_q, block_k. is_double selects float64.
+extern "C" void ember_attn_forward(int is_double, const void* q, const void* k, const void* v,
+                                   const int64_t* dims, const void* mask, int mask_kind,
+                                   const int64_t* ms, int causal, void* out, void* lse,
+                                   int nthreads) {
+  if (is_double)
+    forward(problem<double>(q, k, v, dims, mask, mask_kind, ms, causal), (double*)out,
+            (double*)lse, nthreads);
+  else
+    forward(problem<float>(q, k, v, dims, mask, mask_kind, ms, causal), (float*)out,
+            (float*)lse, nthreads);
+}
+
+extern "C" void ember_attn_backward(int is_double, const void* q, const void* k, const void* v,
+                                    const int64_t* dims, const void* mask, int mask_kind,
+                                    const int64_t* ms, int causal, const void* go,
+                                    const void* lse, const void* delta, void* dq, void* dk,
+                                    void* dv, int nthreads) {
+  if (is_double)
+    backward(problem<double>(q, k, v, dims, mask, mask_kind, ms, causal), (const double*)go,
+             (const double*)lse, (const double*)delta, (double*)dq, (double*)dk, (double*)dv,
+             nthreads);
+  else
+    backward(problem<float>(q, k, v, dims, mask, mask_kind, ms, causal), (const float*)go,
+             (const float*)lse, (const float*)delta, (float*)dq, (float*)dk, (float*)dv,
+             nthreads);
+}
+"""
+
+enabled = True  # tests switch it off to cover the torch-op tiles
+_forked = False
+
+
+def _after_fork_in_child() -> None:
+    # libgomp's thread pool does not survive fork(): a parallel region in the child of a
+    # process that already ran one can hang. Children use the (fork-safe) torch-op tiles.
+    global _forked
+    _forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@functools.lru_cache(maxsize=1)
+def _library() -> ctypes.CDLL | None:
+    """The built kernel with torch's BLAS wired in, or None (logged) when unavailable."""
+    try:
+        torch_lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib",
+                                             "libtorch_cpu.so"))
+        sgemm, dgemm = torch_lib.sgemm_, torch_lib.dgemm_
+    except (OSError, AttributeError) as e:
+        _log.info("native CPU attention off (torch exports no BLAS sgemm_/dgemm_: %s)", e)
+        return None
+    try:
+        from ember.core.compiler.runtime import build
+
+        lib = build.load(_SOURCE)
+    except Exception as e:  # no compiler, build failure: the torch-op tiles still work
+        _log.warning("native CPU attention off (build failed: %s)", e)
+        return None
+    lib.ember_attn_set_blas(ctypes.cast(sgemm, ctypes.c_void_p),
+                            ctypes.cast(dgemm, ctypes.c_void_p))
+    return lib
+
+
+def available(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> bool:
+    """Whether this problem runs natively: CPU, dropout off, non-empty, library built."""
+    return (enabled and not _forked and q.device.type == "cpu" and dropout_p <= 0.0
+            and min(q.numel(), k.numel(), v.numel()) > 0 and _library() is not None)
+
+
+def _ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
+    return ctypes.c_void_p(0 if t is None else t.data_ptr())
+
+
+def _int64s(values) -> ctypes.Array:
+    return (ctypes.c_int64 * len(values))(*values)
+
+
+def _prepare(q, k, v, attn_mask, scale):
+    """Contiguous compute-dtype ``[heads, T, D]`` q (scaled), k, v; mask pointer and strides."""
+    n, h, length_q, e = q.shape
+    hkv, length_k = k.shape[1], k.shape[2]
+    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    qs = (q.detach().to(dtype) * scale).contiguous()
+    ks = k.detach().to(dtype).contiguous()
+    vs = v.detach().to(dtype).contiguous()
+    mask, kind, strides = None, 0, (0, 0, 0, 0)
+    if attn_mask is not None:
+        mask = attn_mask.detach()
+        if mask.dtype == torch.bool:
+            mask, kind = mask.view(torch.uint8), 1
+        else:
+            mask, kind = mask.to(dtype), 2
+        mask = mask.expand(n, h, length_q, length_k)
+        strides = mask.stride()
+    block_q = max(1, min(BLOCK_Q, length_q))
+    want = MIN_UNITS_PER_THREAD * torch.get_num_threads()
+    while block_q > 32 and n * h * -(-length_q // block_q) < want:
+        block_q //= 2
+    dims = (n * h, h, h // hkv, length_q, length_k, e, v.shape[-1], block_q,
+            max(1, min(BLOCK_K, length_k)))
+    return qs, ks, vs, mask, kind, strides, dims, dtype
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
+            is_causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output ``[N, H, L, Ev]`` in q's dtype and log-sum-exp ``[N, H, L]`` (float32/64)."""
+    qs, ks, vs, mask, kind, strides, dims, dtype = _prepare(q, k, v, attn_mask, scale)
+    n, h, length_q, _ = q.shape
+    out = torch.empty(n, h, length_q, v.shape[-1], dtype=dtype)
+    lse = torch.empty(n, h, length_q, dtype=dtype)
+    _library().ember_attn_forward(
+        dtype == torch.float64, _ptr(qs), _ptr(ks), _ptr(vs), _int64s(dims), _ptr(mask), kind,
+        _int64s(strides), int(is_causal), _ptr(out), _ptr(lse), torch.get_num_threads())
+    return out.to(q.dtype), lse
+
+
+def backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             out: torch.Tensor, lse: torch.Tensor, attn_mask: torch.Tensor | None,
+             is_causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients for q, k, v (contiguous, in the inputs' dtypes)."""
+    qs, ks, vs, mask, kind, strides, dims, dtype = _prepare(q, k, v, attn_mask, scale)
+    threads = torch.get_num_threads()
+    go = grad_out.detach().to(dtype).contiguous()
+    delta = (go * out.detach().to(dtype)).sum(-1).contiguous()
+    lse = lse.detach().to(dtype).contiguous()
+    dq = torch.zeros_like(qs)
+    dk = torch.zeros((threads, *ks.shape), dtype=dtype)
+    dv = torch.zeros((threads, *vs.shape), dtype=dtype)
+    _library().ember_attn_backward(
+        dtype == torch.float64, _ptr(qs), _ptr(ks), _ptr(vs), _int64s(dims), _ptr(mask), kind,
+        _int64s(strides), int(is_causal), _ptr(go), _ptr(lse), _ptr(delta), _ptr(dq),
+        _ptr(dk), _ptr(dv), threads)
+    dk, dv = (dk.sum(0), dv.sum(0)) if threads > 1 else (dk[0], dv[0])
+    return dq.mul_(scale).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
