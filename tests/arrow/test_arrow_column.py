@@ -231,3 +231,25 @@ def test_expression_edge_semantics_match_torch():
         (ints // ea.column([1, 0, 1])).to_pylist()
     with pytest.raises(TypeError, match="numeric or boolean"):
         ea.column(["a"]).abs()
+
+
+def test_shared_subexpressions_computed_once_and_buffers_not_clobbered():
+    from ember.arrow import lazy
+
+    x = np.arange(-6, 6, dtype=np.int64)
+    a = ea.column(x)
+    t = a * 2
+    u = t.floor()  # an identity on integers: the same buffer as t
+    out = (u * 3) + t + (t - 1)  # t is read after u's buffer could have been reused
+    prog = lazy.program(lazy.plan(out._expr, lazy.leaves(out._expr)))
+    assert [op for op, _ in prog.steps].count("mul") == 2  # a * 2 once, u * 3 once
+    want = (x * 2) * 3 + x * 2 + (x * 2 - 1)
+    assert out.to_pylist() == want.tolist()
+    s = (a * 1.5).abs()
+    assert (s + s * s).to_pylist() == pytest.approx(
+        (np.abs(x * 1.5) + np.abs(x * 1.5) ** 2).tolist())
+
+
+def test_clip_without_bounds_is_the_column():
+    a = ea.column([1.0, None, -3.0])
+    assert a.clip() is a

@@ -157,3 +157,39 @@ def test_scale_to_0_1():
     assert F.scale_to_0_1(ea.column([2.0, 4.0, 6.0])).to_pylist() == [0.0, 0.5, 1.0]
     flat = F.scale_to_0_1(ea.column([0.0, 0.0])).to_pylist()
     assert flat == [0.5, 0.5]  # sigmoid(0) when min == max
+
+
+def test_where_numeric_is_lazy_and_matches_numpy():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=200)
+    y = rng.integers(-5, 5, 200)
+    nulls = rng.random(200) < 0.2
+    a = ea.column([None if m else v for v, m in zip(x.tolist(), nulls)])
+    b = ea.column(y)
+    out = F.where(a > 0, a * 2, b)
+    assert out.is_lazy and out.dtype == dt.Float32(nullable=True)  # torch's promotion
+    want = np.where(x > 0, x * 2, y).astype(np.float32)
+    got = out.to_pylist()
+    assert [v is None for v in got] == nulls.tolist()
+    np.testing.assert_allclose([g for g in got if g is not None], want[~nulls], rtol=1e-6)
+    scalars = F.where(b > 0, 1, 0)
+    assert scalars.dtype == dt.int64 and scalars.to_pylist() == (y > 0).astype(int).tolist()
+
+
+def test_where_strings_and_nulls_propagate():
+    cond = ea.column([True, False, None, True])
+    s = ea.column(["a", "b", "c", None])
+    assert F.where(cond, s, "z").to_pylist() == ["a", "z", None, None]
+    assert F.where(cond, "y", s).to_pylist() == ["y", "b", None, None]
+
+
+def test_where_errors_name_the_argument():
+    a = ea.column([1.0, 2.0])
+    with pytest.raises(TypeError, match="condition must be boolean"):
+        F.where(a, a, a)
+    with pytest.raises(ValueError, match="other has 3 rows"):
+        F.where(a > 1, a, ea.column([1.0, 2.0, 3.0]))
+    with pytest.raises(TypeError, match="input must be a Column or a scalar"):
+        F.where(a > 1, [1, 2], a)
+    with pytest.raises(TypeError, match="no common dtype"):
+        F.where(a > 1, ea.column(["x", "y"]), a)

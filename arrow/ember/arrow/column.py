@@ -371,6 +371,8 @@ class Column:
         for name, v in (("lower", lower), ("upper", upper)):
             if v is not None and not _is_scalar(v):
                 raise TypeError(f"clip(): {name} must be a number or None, got {v!r}")
+        if lower is None and upper is None:
+            return self
         return self._unary("clip", lazy.as_numpy_scalar(lower), lazy.as_numpy_scalar(upper))
 
     # ------------------------------------------------------------------ reductions

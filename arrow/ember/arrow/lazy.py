@@ -14,7 +14,7 @@ import functools
 import operator
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -57,10 +57,30 @@ _TORCH_BY_NAME = {v.name: k for k, v in _TORCH_TO_DTYPE.items()}
 
 @dataclass(frozen=True, eq=False)
 class Expr:
-    """One op applied to arguments: sub-expressions, leaf columns, or Python scalars."""
+    """One op applied to arguments: sub-expressions, leaf columns, or Python scalars.
+
+    ``dtype`` (torch's promotion over the arguments) and ``nullable`` are worked out once,
+    from the arguments' own, when the node is made.
+    """
 
     op: str
     args: tuple
+    dtype: torch.dtype = field(init=False, repr=False)
+    nullable: bool = field(init=False, repr=False)
+
+    def __post_init__(self):
+        probes, nullable = [], False
+        for a in self.args:
+            if isinstance(a, Expr):
+                probes.append(torch.empty(0, dtype=a.dtype))
+                nullable = nullable or a.nullable
+            elif _is_column(a):
+                probes.append(torch.empty(0, dtype=torch_dtype(a.dtype)))
+                nullable = nullable or a.dtype.nullable
+            else:
+                probes.append(a)
+        object.__setattr__(self, "dtype", OPS[self.op][0](*probes).dtype)
+        object.__setattr__(self, "nullable", nullable)
 
 
 def torch_dtype(dtype: dt.DType) -> torch.dtype:
@@ -92,9 +112,12 @@ def leaves(expr: Expr) -> list:
 
     def walk(e):
         for a in e.args:
+            if id(a) in seen:
+                continue
             if isinstance(a, Expr):
+                seen.add(id(a))
                 walk(a)
-            elif _is_column(a) and id(a) not in seen:
+            elif _is_column(a):
                 seen.add(id(a))
                 out.append(a)
 
@@ -102,10 +125,16 @@ def leaves(expr: Expr) -> list:
     return out
 
 
-def _is_column(x) -> bool:
-    from ember.arrow.column import Column
+_COLUMN: type | None = None
 
-    return isinstance(x, Column)
+
+def _is_column(x) -> bool:
+    global _COLUMN
+    if _COLUMN is None:
+        from ember.arrow.column import Column
+
+        _COLUMN = Column
+    return isinstance(x, _COLUMN)
 
 
 def plan(expr: Expr, cols: list) -> tuple:
@@ -114,10 +143,13 @@ def plan(expr: Expr, cols: list) -> tuple:
     Hashable (the compile cache key) and free of references to column data.
     """
     index = {id(c): i for i, c in enumerate(cols)}
+    done: dict[int, tuple] = {}  # shared sub-expressions are planned once
 
     def key(a):
         if isinstance(a, Expr):
-            return (a.op, tuple(key(x) for x in a.args))
+            if id(a) not in done:
+                done[id(a)] = (a.op, tuple(key(x) for x in a.args))
+            return done[id(a)]
         if _is_column(a):
             return ("col", index[id(a)], a.dtype.name)
         return ("const", as_numpy_scalar(a))
@@ -344,6 +376,7 @@ def evaluate(expr: Expr, fn: Callable | None = None) -> pa.Array:
 # Output rows per compiled call: a few MiB, so each call's result comes from (and goes back
 # to) the malloc heap instead of fresh pages, and is copied while still in cache.
 _CHUNK_BYTES = 4 << 20
+_CHUNK_MIN_ROWS = 1 << 16
 
 
 def _run_chunked(fn: Callable, tensors: list, dtype: np.dtype) -> np.ndarray:
@@ -355,7 +388,7 @@ def _run_chunked(fn: Callable, tensors: list, dtype: np.dtype) -> np.ndarray:
     """
     n = len(tensors[0])
     out = np.empty(n, dtype=dtype)
-    step = max(1 << 16, _CHUNK_BYTES // out.itemsize)
+    step = max(_CHUNK_MIN_ROWS, _CHUNK_BYTES // out.itemsize)
     for start in range(0, n, step):
         stop = min(n, start + step)
         # a plain single-threaded copy: the chunk is in cache, and a parallel copy would add
@@ -388,10 +421,7 @@ def _with_validity(arr: pa.Array, bitmap: pa.Buffer | None) -> pa.Array:
 
 def result_dtype(expr: Expr) -> dt.DType:
     """The dtype ``expr`` produces: torch's promotion over the leaf dtypes and constants."""
-    cols = leaves(expr)
-    np_dtype = program(plan(expr, cols)).dtypes[-1]
-    tdt = torch.from_numpy(np.empty(0, dtype=np_dtype)).dtype
-    return _TORCH_TO_DTYPE[tdt](nullable=any(c.dtype.nullable for c in cols))
+    return _TORCH_TO_DTYPE[expr.dtype](nullable=expr.nullable)
 
 
 _COMPILED: dict[tuple, Callable] = {}
