@@ -253,3 +253,12 @@ def test_shared_subexpressions_computed_once_and_buffers_not_clobbered():
 def test_clip_without_bounds_is_the_column():
     a = ea.column([1.0, None, -3.0])
     assert a.clip() is a
+
+
+def test_lower_upper_ascii_fast_path_matches_python():
+    values = ["ÄB", "Hello World", None, "MiXeD 123", "", "éTÉ"]
+    col = ea.column(values)
+    for lo, hi in [(1, 5), (0, 6), (2, 3)]:  # slices with and without non-ASCII rows
+        part = col[lo:hi]
+        assert part.str.lower().to_pylist() == _py(values[lo:hi], str.lower)
+        assert part.str.upper().to_pylist() == _py(values[lo:hi], str.upper)
