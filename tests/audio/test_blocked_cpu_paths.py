@@ -11,6 +11,7 @@ from ember.audio import _workers
 from ember.audio import transforms as T
 from ember.audio.functional import _framed_power as FP
 from ember.audio.functional import melscale_fbanks
+from ember.audio.functional import resampling as R
 
 
 @pytest.fixture
@@ -155,3 +156,31 @@ def test_scratch_buffers_are_reused_per_thread():
     a = _workers.scratch("t", (4, 5), torch.float32)
     b = _workers.scratch("t", (2, 3), torch.float32)
     assert a.shape == (4, 5) and b.shape == (2, 3) and a.data_ptr() == b.data_ptr()
+
+
+@pytest.mark.parametrize("spans", [(1, 1), (1, 50), R.SPAN_SAMPLES])
+@pytest.mark.parametrize("orig,new", [(441, 160), (3, 2), (2, 3), (8, 1), (16, 22), (160, 147)])
+def test_blocked_resample_equals_the_traced_composition(monkeypatch, two_threads, spans, orig,
+                                                        new):
+    monkeypatch.setattr(R, "SPAN_SAMPLES", spans)
+    kernel, width = R.sinc_resample_kernel(orig, new, dtype=torch.float64)
+    plan = R.polyphase_plan(orig, new)
+    g = torch.Generator().manual_seed(orig * new)
+    for length in (1, 5, 997, 5000):
+        x = torch.randn(3, length, dtype=torch.float64, generator=g)
+        assert R._blocked_cpu_path(x, kernel)
+        got = R.apply_sinc_resample_kernel(x, orig, new, kernel, width, plan)
+        traced = R.apply_sinc_resample_kernel(x.requires_grad_(), orig, new, kernel, width, plan)
+        assert not R._blocked_cpu_path(x, kernel)  # autograd takes the traced path
+        assert got.shape == traced.shape and got.is_contiguous()
+        torch.testing.assert_close(got, traced.detach(), atol=1e-12, rtol=0)
+
+
+def test_resample_with_grad_disabled_uses_the_blocked_path():
+    x = torch.randn(2, 3, 4410, requires_grad=True)
+    kernel, _ = R.sinc_resample_kernel(441, 160)
+    with torch.no_grad():
+        assert R._blocked_cpu_path(x, kernel)
+        fast = R.resample(x, 44100, 16000)
+    torch.testing.assert_close(fast, R.resample(x, 44100, 16000).detach(), atol=1e-6, rtol=0)
+    assert not R._blocked_cpu_path(x.double(), kernel)  # kernel dtype differs: plain path

@@ -2,7 +2,10 @@
 
 The polyphase kernel for a rate pair is built once (float64, then cast) and cached per
 (rates, filter settings, dtype, device). Applying it equals torchaudio's strided ``conv1d``
-but runs as a few GEMMs over strided windows that skip the kernel's zero taps.
+but runs as a few GEMMs over strided windows that skip the kernel's zero taps. CPU inference
+runs those GEMMs per cache-sized span of each row, spans spread over single-threaded
+threads (``ember.audio._workers``); autograd, tracing and other devices take the one-shot
+composition.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import math
 import torch
 from torch import Tensor
 
+from ember.audio._workers import run_units, scratch
 from ember.core.logs import get_logger
 
 __all__ = ["apply_sinc_resample_kernel", "polyphase_plan", "resample", "sinc_resample_kernel"]
@@ -20,6 +24,9 @@ __all__ = ["apply_sinc_resample_kernel", "polyphase_plan", "resample", "sinc_res
 _METHODS = ("sinc_interp_hann", "sinc_interp_kaiser")
 _KAISER_BETA = 14.769656459379492  # torchaudio's default: ~ -120 dB stopband
 _log = get_logger("audio")
+# input samples per unit of work on the blocked CPU path: large spans amortise the per-call
+# cost of the phase-group GEMMs; smaller ones only to give every thread a few units
+SPAN_SAMPLES = (1 << 15, 1 << 18)
 
 
 def _check_rates(orig_freq, new_freq) -> tuple[int, int]:
@@ -127,6 +134,9 @@ def apply_sinc_resample_kernel(waveform: Tensor, orig_freq: int, new_freq: int, 
         plan = ((0, kernel.shape[0], 0, kernel.shape[-1]),)
     shape = waveform.shape
     x = waveform.reshape(-1, shape[-1])
+    if _blocked_cpu_path(x, kernel):
+        out = _blocked_resample(x, orig, new, kernel, width, plan)
+        return out.reshape(shape[:-1] + out.shape[-1:])
     batch, length = x.shape
     # Each row is zero-padded to a whole number of blocks, at least as long as conv1d's
     # padded input; then the windows of all rows form one (rows, taps) strided matrix and
@@ -144,15 +154,77 @@ def apply_sinc_resample_kernel(waveform: Tensor, orig_freq: int, new_freq: int, 
     parts = []
     for p0, p1, start, taps in plan:
         frames = flat[start:].unfold(0, taps, orig)[:rows]  # (rows, taps), a view
-        if torch.compiler.is_compiling():
-            # ember.core.compile mis-reads overlapping strided views passed to extern matmuls
-            # (reported); a compiled graph gets a materialised copy instead
-            frames = frames.contiguous()
         parts.append(torch.mm(frames, kernel[p0:p1, 0, start:start + taps].t()))
     out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)  # (rows, new)
     out = out.reshape(batch, -1)
     target = -(-new * length // orig)  # ceil(new * length / orig)
     return out[..., :target].reshape(shape[:-1] + (target,))
+
+
+def _blocked_cpu_path(x: Tensor, kernel: Tensor) -> bool:
+    """CPU float inference: the blocked, threaded path (its ``out=`` GEMMs do not record
+    autograd, and a traced graph wants the plain composition)."""
+    if torch.compiler.is_compiling() or x.device.type != "cpu" or kernel.device.type != "cpu":
+        return False
+    if x.dtype not in (torch.float32, torch.float64) or kernel.dtype != x.dtype:
+        return False
+    return not (torch.is_grad_enabled() and (x.requires_grad or kernel.requires_grad))
+
+
+def _span(row: Tensor, lo: int, hi: int) -> Tensor:
+    """``row[lo:hi]`` with zeros where the range leaves the row (a view when it does not)."""
+    length = row.shape[0]
+    if lo >= 0 and hi <= length:
+        return row[lo:hi]
+    buf = scratch("resample-span", (hi - lo,), row.dtype)
+    a, b = min(max(0, -lo), hi - lo), max(0, min(hi, length) - lo)
+    buf[:a].zero_()
+    buf[max(a, b):].zero_()
+    if b > a:
+        buf[a:b].copy_(row[lo + a:lo + b])
+    return buf
+
+
+def _blocked_resample(x: Tensor, orig: int, new: int, kernel: Tensor, width: int,
+                      plan: tuple[tuple[int, int, int, int], ...]) -> Tensor:
+    """``apply_sinc_resample_kernel`` for ``[rows, time]`` CPU input, one span of blocks of
+    ``orig`` input samples per unit: each block's window times the phase bank gives its
+    ``new`` outputs, group by group, written in place (a last partial block via a buffer)."""
+    rows, length = x.shape
+    target = -(-new * length // orig)
+    n_blocks = -(-target // new)
+    full = target // new
+    n_taps = kernel.shape[-1]
+    lo, hi = (max(1, span // orig) for span in SPAN_SAMPLES)
+    per_unit = min(hi, max(lo, -(-rows * n_blocks // (4 * torch.get_num_threads()))))
+    units_per_row = -(-n_blocks // per_unit)
+    banks = [(p0, p1, start, taps, kernel[p0:p1, 0, start:start + taps].t())
+             for p0, p1, start, taps in plan]
+    out = x.new_empty(rows, target)
+
+    def unit(i: int) -> None:
+        r, u = divmod(i, units_per_row)
+        k0 = u * per_unit
+        k1 = min(n_blocks, k0 + per_unit)
+        kf = min(k1, full)  # blocks [k0, kf) are whole and go straight to the output
+        seg = _span(x[r], k0 * orig - width, (k1 - 1) * orig + n_taps - width)
+        whole = out[r, k0 * new:kf * new].view(kf - k0, new) if kf > k0 else None
+        tail = scratch("resample-tail", (1, new), x.dtype) if k1 > kf else None
+        for p0, p1, start, taps, bank in banks:
+            frames = seg[start:].unfold(0, taps, orig)  # (blocks, taps), a view
+            if whole is not None:
+                torch.mm(frames[:kf - k0], bank, out=whole[:, p0:p1])
+            if tail is not None:
+                torch.mm(frames[kf - k0:kf - k0 + 1], bank, out=tail[:, p0:p1])
+        if tail is not None:
+            out[r, kf * new:].copy_(tail[0, :target - kf * new])
+
+    def guarded(i: int) -> None:
+        with torch.no_grad():  # grad mode is per thread
+            unit(i)
+
+    run_units(guarded, rows * units_per_row)
+    return out
 
 
 def resample(waveform: Tensor, orig_freq: int, new_freq: int, lowpass_filter_width: int = 6,
