@@ -167,6 +167,25 @@ def test_looped_reductions_match_persistent_ones(tcompile, matches, monkeypatch,
 
 
 @interpreted
+@pytest.mark.parametrize("mode", ["default", "max-autotune"])
+def test_transposing_copies_use_2d_tiles(tcompile, matches, monkeypatch, mode):
+    from ember.core.compiler.codegen import triton as triton_codegen
+
+    tiled = []
+    pick = triton_codegen.Launcher._fn
+
+    def spy(self, cfg, index64):
+        tiled.append(bool(cfg.get("tiled")))
+        return pick(self, cfg, index64)
+
+    monkeypatch.setattr(triton_codegen.Launcher, "_fn", spy)
+    f = lambda x, y: (x.transpose(1, 2).contiguous() * 2, y.t() + 1, x + 1)
+    x, y = torch.randn(3, 37, 21), torch.randn(19, 45, dtype=torch.float64)
+    matches(tcompile(f, mode=mode)(x, y), f(x, y))
+    assert tiled.count(True) >= 2 and False in tiled  # the plain add is not tiled
+
+
+@interpreted
 def test_source_is_cached_on_disk_and_reused(tcompile, matches):
     from ember.core.compiler.runtime import cache, triton_cache
 
@@ -234,3 +253,6 @@ def test_autotune_candidates_cover_blocks_warps_and_stages():
     looped = triton_codegen.autotune_candidates("2d", 4096, 5000, False)
     assert len({c["RBLOCK"] for c in looped}) > 1 and len({c["num_stages"] for c in looped}) > 1
     assert all(not c["persistent"] for c in looped)
+    tiled = triton_codegen.autotune_candidates("1d", 4096, 1, False, (64, 64))
+    assert tiled[0]["tiled"] and len({(c.get("YBLOCK"), c["XBLOCK"]) for c in tiled}) > 4
+    assert any(not c.get("tiled") for c in tiled)  # the untiled kernel competes too

@@ -309,6 +309,52 @@ def _emit_1d(k: Kernel, buffers: dict, body: _Body, index64: bool) -> None:
             body.store(it.node.buf, it.index, v)
 
 
+def _emit_tiled(k: Kernel, buffers: dict, body: _Body, index64: bool) -> None:
+    """A pointwise loop as ``[YBLOCK, XBLOCK]`` tiles over (all dims but the last, the last):
+    a transposing copy then reads and writes along contiguous memory (Triton moves the tile
+    between the two layouts on chip)."""
+    st = k.stages[0]
+    pid = "tl.program_id(0).to(tl.int64)" if index64 else "tl.program_id(0)"
+    body.line(f"pid = {pid}")
+    body.line("xtiles = (xnumel + XBLOCK - 1) // XBLOCK")
+    body.line("yindex = (pid // xtiles) * YBLOCK + tl.arange(0, YBLOCK)[:, None]")
+    body.line("xindex = (pid % xtiles) * XBLOCK + tl.arange(0, XBLOCK)[None, :]")
+    body.line("xmask = (yindex < ynumel) & (xindex < xnumel)")
+    body.line("xz = tl.zeros([YBLOCK, XBLOCK], tl.int32)")
+    names = [str(v) for v in _loop_vars(k)]
+    sizes = list(k.outer) + list(st.rsizes)
+    _decode(body, names[:-1], sizes[:-1], "yindex")
+    body.line(f"{names[-1]} = xindex")
+    for it in st.items:
+        v = body.expr(it.expr)
+        if it.node.buf.name in k.stored:
+            body.store(it.node.buf, it.index, v)
+
+
+def _loop_vars(k: Kernel) -> list:
+    return ir.index_vars("x", len(k.outer)) + ir.index_vars("r", len(k.stages[0].rsizes))
+
+
+def _transposing(k: Kernel) -> bool:
+    """A pointwise loop reading some buffer contiguously along the second-to-last dim while
+    it writes contiguously along the last: worth 2-D tiles."""
+    vs = _loop_vars(k)
+    if kernel_form(k) != "1d" or len(vs) < 2:
+        return False
+    last, prev = vs[-1], vs[-2]
+    st = k.stages[0]
+    if not any(it.index is not None and sympy.diff(sympy.expand(it.index), last) == 1
+               for it in st.items if it.node.buf.name in k.stored):
+        return False
+    for it in st.items:
+        for ld in ir.walk(it.expr):
+            if ld[0] == "load":
+                e = sympy.expand(ld[3])
+                if sympy.diff(e, prev) == 1 and sympy.diff(e, last) != 1:
+                    return True
+    return False
+
+
 def _emit_2d(k: Kernel, buffers: dict, body: _Body, persistent: bool, index64: bool) -> None:
     pid = "tl.program_id(0).to(tl.int64)" if index64 else "tl.program_id(0)"
     body.line(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
@@ -425,25 +471,36 @@ def kernel_source(k: Kernel, buffers: dict) -> tuple[str, dict]:
     else:
         params += ["XBLOCK: tl.constexpr"]
         variants = [("p", True)]
+    tile = form == "1d" and _transposing(k)
+    if tile:
+        variants.append(("t", True))
     out = []
     for tag, persistent in variants:
         for index64 in (False, True):
-            body = _Body(buffers, "[1, 1]" if form == "2d" else "[1]")
+            body = _Body(buffers, "[1, 1]" if form == "2d" or tag == "t" else "[1]")
             if form == "2d":
                 _emit_2d(k, buffers, body, persistent, index64)
+            elif tag == "t":
+                _emit_tiled(k, buffers, body, index64)
             else:
                 _emit_1d(k, buffers, body, index64)
             fname = f"{k.name}_{tag}{64 if index64 else 32}"
-            out.append(f"@triton.jit\ndef {fname}({', '.join(params)}):\n"
+            args = params if tag != "t" else params[:-2] + [
+                "ynumel", "xnumel", "YBLOCK: tl.constexpr", "XBLOCK: tl.constexpr"]
+            out.append(f"@triton.jit\ndef {fname}({', '.join(args)}):\n"
                        + "\n".join(body.lines) + "\n")
+    tiles = []
     if form == "1d":
         sizes = list(k.outer) + list(k.stages[0].rsizes)
         xnumel, rnumels = ir.numel(sizes), []
+        if tile:
+            tiles = [ir.numel(sizes[:-1]), sizes[-1]]
     else:
         xnumel = ir.numel(k.outer)
         rnumels = [ir.numel(k.stages[i].rsizes) for i in loops]
     spec = {"name": k.name, "form": form, "n_tensors": len(inputs) + len(stored),
             "syms": [s.name for s in syms], "xnumel": xnumel, "rnumels": rnumels,
+            "tiles": tiles,
             "column": _column_major(k), "args": [("tensor", b) for b in inputs + stored]
             + [("sym", s) for s in syms]}
     return "\n\n".join(out), spec
@@ -472,9 +529,14 @@ def _pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def heuristic_config(form: str, xnumel: int, rmax: int, column: bool) -> dict:
+def heuristic_config(form: str, xnumel: int, rmax: int, column: bool,
+                     tiles: tuple = ()) -> dict:
     """Block sizes and warps for one launch, before (or without) autotuning."""
     interp = interpreted()
+    if tiles and min(tiles) >= 8:
+        cap = 128 if interp else 64
+        yb, xb = min(cap, _pow2(tiles[0])), min(cap, _pow2(tiles[1]))
+        return {"YBLOCK": yb, "XBLOCK": xb, "num_warps": 4, "num_stages": 1, "tiled": True}
     if form == "1d":
         cap = 1 << 15 if interp else 1024
         xb = min(cap, max(16, _pow2(xnumel)))
@@ -497,15 +559,21 @@ def heuristic_config(form: str, xnumel: int, rmax: int, column: bool) -> dict:
             "num_stages": 1, "persistent": False}
 
 
-def autotune_candidates(form: str, xnumel: int, rmax: int, column: bool) -> list[dict]:
+def autotune_candidates(form: str, xnumel: int, rmax: int, column: bool,
+                        tiles: tuple = ()) -> list[dict]:
     """max-autotune's search space (two candidates under the interpreter, to keep CI fast)."""
-    base = heuristic_config(form, xnumel, rmax, column)
+    base = heuristic_config(form, xnumel, rmax, column, tiles)
     if interpreted():
         other = dict(base)
         other["XBLOCK"] = max(1, base["XBLOCK"] // 2)
         return [base, other] if other != base else [base]
     out = [base]
-    if form == "1d":
+    if base.get("tiled"):
+        for yb, xb in ((16, 64), (32, 32), (32, 64), (64, 32), (64, 64), (32, 128)):
+            for w in (2, 4, 8):
+                out.append({**base, "YBLOCK": yb, "XBLOCK": xb, "num_warps": w})
+        out.append(heuristic_config(form, xnumel, rmax, column))  # untiled
+    elif form == "1d":
         for xb in (256, 512, 1024, 2048):
             for w in (2, 4, 8):
                 out.append({"XBLOCK": xb, "num_warps": w, "num_stages": 1})
@@ -542,15 +610,23 @@ class Launcher:
         self.source = source
         syms = ", ".join(spec["syms"])
         rn = "".join(f"{index_str(r, 'py')}, " for r in spec["rnumels"])
-        self._numels = eval(f"lambda {syms}: ({index_str(spec['xnumel'], 'py')}, ({rn}))")
+        tn = "".join(f"{index_str(t, 'py')}, " for t in spec["tiles"])
+        self._numels = eval(f"lambda {syms}: ({index_str(spec['xnumel'], 'py')}, ({rn}), "
+                            f"({tn}))")
         self.configs: dict = {}
 
     def _fn(self, cfg: dict, index64: bool):
         tag = "p" if self.spec["form"] == "1d" or cfg.get("persistent") else "l"
+        tag = "t" if cfg.get("tiled") else tag
         return getattr(self.module, f"{self.name}_{tag}{64 if index64 else 32}")
 
-    def _launch(self, cfg: dict, index64: bool, args, xnumel, rnumels) -> None:
+    def _launch(self, cfg: dict, index64: bool, args, xnumel, rnumels, tiles=()) -> None:
         fn = self._fn(cfg, index64)
+        if cfg.get("tiled"):
+            grid = (-(-tiles[0] // cfg["YBLOCK"]) * -(-tiles[1] // cfg["XBLOCK"]),)
+            fn[grid](*args, *tiles, YBLOCK=cfg["YBLOCK"], XBLOCK=cfg["XBLOCK"],
+                     num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+            return
         grid = (-(-xnumel // cfg["XBLOCK"]),)
         kw = {"XBLOCK": cfg["XBLOCK"], "num_warps": cfg["num_warps"],
               "num_stages": cfg["num_stages"]}
@@ -558,39 +634,40 @@ class Launcher:
             kw["RBLOCK"] = cfg["RBLOCK"]
         fn[grid](*args, xnumel, *rnumels, **kw)
 
-    def _choose(self, args, xnumel, rnumels, index64) -> dict:
+    def _choose(self, args, xnumel, rnumels, tiles, index64) -> dict:
         rmax = max(rnumels) if rnumels else 1
         form, column = self.spec["form"], self.spec["column"]
         if not self.tune:
-            return heuristic_config(form, xnumel, rmax, column)
+            return heuristic_config(form, xnumel, rmax, column, tiles)
         tensors = args[:self.n_tensors]
         device = tensors[0].device if tensors else torch.device("cpu")
         sync = torch.cuda.synchronize if device.type == "cuda" else None
         work = [t.clone() if isinstance(t, torch.Tensor) else t for t in args]
 
         def measure(cfg):
-            return autotune.timeit(lambda: self._launch(cfg, index64, work, xnumel, rnumels),
+            return autotune.timeit(lambda: self._launch(cfg, index64, work, xnumel, rnumels,
+                                                        tiles),
                                    sync=sync, warmup=1, reps=3 if interpreted() else 10)
 
         where = "interpreter" if interpreted() else (
             torch.cuda.get_device_name(device) if device.type == "cuda" else str(device))
         key = [self.source, self.name, str((xnumel, rnumels, index64)),
                str([t.dtype for t in tensors]), where]
-        return autotune.tune(key, autotune_candidates(form, xnumel, rmax, column), measure,
+        return autotune.tune(key, autotune_candidates(form, xnumel, rmax, column, tiles), measure,
                              desc=f"autotune {self.name}")
 
     def __call__(self, *args) -> None:
-        xnumel, rnumels = self._numels(*args[self.n_tensors:])
+        xnumel, rnumels, tiles = self._numels(*args[self.n_tensors:])
         if xnumel == 0:
             return
         index64 = xnumel * max(rnumels, default=1) >= INT32_LIMIT or any(
             t.untyped_storage().nbytes() // t.element_size() >= INT32_LIMIT
             for t in args[:self.n_tensors])
-        key = (xnumel, rnumels, index64)
+        key = (xnumel, rnumels, tiles, index64)
         cfg = self.configs.get(key)
         if cfg is None:
-            cfg = self.configs[key] = self._choose(args, xnumel, rnumels, index64)
-        self._launch(cfg, index64, args, xnumel, rnumels)
+            cfg = self.configs[key] = self._choose(args, xnumel, rnumels, tiles, index64)
+        self._launch(cfg, index64, args, xnumel, rnumels, tiles)
 
 
 def load_kernels(kernels: list, buffers: dict, options: dict) -> tuple[dict, str]:
