@@ -14,7 +14,7 @@ from collections import Counter
 import torch
 from torch.fx import GraphModule
 
-from ember.core.compiler import capture, routing
+from ember.core.compiler import capture, patterns, routing
 from ember.core.compiler.codegen import cpp
 from ember.core.compiler.codegen.wrapper import WrapperBuilder, ctypes_function
 from ember.core.compiler.decompose import decomposition_table
@@ -154,6 +154,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: str | None 
     capture.record_graph(gm)
     options = dict(options or {})
     options["mode"] = mode or "default"
+    patterns.apply(gm, options)  # torch-level rewrites (unfused attention -> ember sdpa)
     device = routing.device_type(example_inputs)
     if routing.codegen_for(device, options) == "portable":
         routing.announce_portable(device)
