@@ -359,7 +359,7 @@ def evaluate(expr: Expr, fn: Callable | None = None) -> pa.Array:
             fn = compile_expr(expr)
         else:
             _log.info("compile threshold reached but ember.core.compile is unavailable")
-    if fn is not None and cols and len(cols[0]):
+    if fn is not None and cols and len(cols[0]) > 1:  # 0 or 1 rows: not worth a kernel
         tensors = _guard_divisors(tree, cols, [values_tensor(c._data) for c in cols],
                                   lambda v, x: torch.where(torch.from_numpy(v), x,
                                                            torch.ones_like(x)))
@@ -389,8 +389,10 @@ def _run_chunked(fn: Callable, tensors: list, dtype: np.dtype) -> np.ndarray:
     n = len(tensors[0])
     out = np.empty(n, dtype=dtype)
     step = max(_CHUNK_MIN_ROWS, _CHUNK_BYTES // out.itemsize)
-    for start in range(0, n, step):
-        stop = min(n, start + step)
+    bounds = list(range(0, n, step)) + [n]
+    if len(bounds) > 2 and n - bounds[-2] == 1:
+        del bounds[-2]  # no 1-row chunk: torch.compile would specialise (recompile) on it
+    for start, stop in zip(bounds, bounds[1:]):
         # a plain single-threaded copy: the chunk is in cache, and a parallel copy would add
         # a thread barrier per chunk
         np.copyto(out[start:stop], fn(*[t[start:stop] for t in tensors]).numpy())
