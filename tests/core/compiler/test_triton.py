@@ -29,15 +29,24 @@ interpreted = pytest.mark.skipif(not INTERPRETED, reason="runs in the interprete
 HERE = Path(__file__).parent
 
 
-@pytest.mark.skipif(INTERPRETED, reason="this process already interprets Triton")
-def test_triton_suite_in_an_interpreter_subprocess():
+def _in_interpreter(marks: str) -> None:
     env = dict(os.environ, TRITON_INTERPRET="1")
     args = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__]
-    mark = os.environ.get("EMBER_TRITON_MARKS", "not slow")
-    done = subprocess.run(args + ["-m", mark], env=env, capture_output=True, text=True,
+    done = subprocess.run(args + ["-m", marks], env=env, capture_output=True, text=True,
                           timeout=1200, cwd=HERE.parents[2])
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert " passed" in done.stdout
+
+
+@pytest.mark.skipif(INTERPRETED, reason="this process already interprets Triton")
+def test_triton_suite_in_an_interpreter_subprocess():
+    _in_interpreter("not slow")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(INTERPRETED, reason="this process already interprets Triton")
+def test_slow_triton_cases_in_an_interpreter_subprocess():
+    _in_interpreter("slow")
 
 
 @pytest.mark.skipif(INTERPRETED, reason="checks the path without the interpreter")
@@ -218,6 +227,23 @@ def test_max_autotune_times_candidates_then_hits_the_disk_cache(tcompile, matche
     assert autotune.stats["cache_hits"] - hits == n
     matches(tcompile(f)(x), f(x))  # default mode does not tune
     assert autotune.stats["searches"] - searches == n
+
+
+@interpreted
+def test_prim_without_a_template_falls_back_to_eager(monkeypatch):
+    from ember.core.compiler.codegen import triton as triton_codegen
+
+    templates = dict(triton_codegen.TEMPLATES)
+    del templates["erf"]
+    monkeypatch.setattr(triton_codegen, "TEMPLATES", templates)
+    x = torch.randn(4, 5)
+    f = lambda x: torch.erf(x) * 2
+    torch._dynamo.reset()
+    torch.testing.assert_close(ember_compile(f, options={"codegen": "triton"})(x), f(x))
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="no template for prim 'erf'"):
+        ember_compile(f, options={"codegen": "triton", "strict": True})(x)
+    torch._dynamo.reset()
 
 
 @interpreted

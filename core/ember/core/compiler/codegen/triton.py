@@ -293,7 +293,7 @@ def _loop_stages(k: Kernel) -> list[int]:
     return [i for i, st in enumerate(k.stages) if st.kind == "loop"]
 
 
-def _emit_1d(k: Kernel, buffers: dict, body: _Body, index64: bool) -> None:
+def _emit_1d(k: Kernel, body: _Body, index64: bool) -> None:
     st = k.stages[0]
     pid = "tl.program_id(0).to(tl.int64)" if index64 else "tl.program_id(0)"
     body.line(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)")
@@ -309,7 +309,7 @@ def _emit_1d(k: Kernel, buffers: dict, body: _Body, index64: bool) -> None:
             body.store(it.node.buf, it.index, v)
 
 
-def _emit_tiled(k: Kernel, buffers: dict, body: _Body, index64: bool) -> None:
+def _emit_tiled(k: Kernel, body: _Body, index64: bool) -> None:
     """A pointwise loop as ``[YBLOCK, XBLOCK]`` tiles over (all dims but the last, the last):
     a transposing copy then reads and writes along contiguous memory (Triton moves the tile
     between the two layouts on chip)."""
@@ -355,7 +355,7 @@ def _transposing(k: Kernel) -> bool:
     return False
 
 
-def _emit_2d(k: Kernel, buffers: dict, body: _Body, persistent: bool, index64: bool) -> None:
+def _emit_2d(k: Kernel, body: _Body, persistent: bool, index64: bool) -> None:
     pid = "tl.program_id(0).to(tl.int64)" if index64 else "tl.program_id(0)"
     body.line(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
     body.line("xmask = xindex < xnumel")
@@ -479,11 +479,11 @@ def kernel_source(k: Kernel, buffers: dict) -> tuple[str, dict]:
         for index64 in (False, True):
             body = _Body(buffers, "[1, 1]" if form == "2d" or tag == "t" else "[1]")
             if form == "2d":
-                _emit_2d(k, buffers, body, persistent, index64)
+                _emit_2d(k, body, persistent, index64)
             elif tag == "t":
-                _emit_tiled(k, buffers, body, index64)
+                _emit_tiled(k, body, index64)
             else:
-                _emit_1d(k, buffers, body, index64)
+                _emit_1d(k, body, index64)
             fname = f"{k.name}_{tag}{64 if index64 else 32}"
             args = params if tag != "t" else params[:-2] + [
                 "ynumel", "xnumel", "YBLOCK: tl.constexpr", "XBLOCK: tl.constexpr"]
