@@ -450,3 +450,25 @@ def test_bad_arguments(call, exc, match):
     x = torch.zeros(2, 3, 8, 8, dtype=torch.uint8)
     with pytest.raises(exc, match=match):
         call(x)
+
+
+def test_per_sample_resized_crop_is_one_op_with_cpu_and_portable_kernels():
+    """Compiled graphs call the per-sample resized crop as an extern op; its CPU kernel
+    (torch's Pillow-style uint8 resize per window) and portable kernel (dense separable
+    weights, any device) agree within one level."""
+    from ember.core import kernels
+
+    assert kernels.registered()["ember_vision::resized_crop"] == ["cpu", "portable"]
+    g = torch.Generator().manual_seed(0)
+    x = (torch.rand(4, 3, 30, 40, generator=g) * 255).to(torch.uint8)
+    params = [torch.tensor(v) for v in ([0, 5, 2, 10], [3, 0, 9, 20], [30, 12, 20, 17],
+                                         [37, 25, 31, 20])]
+    op = kernels.get("ember_vision::resized_crop")
+    cpu = op(x, *params, 16, 18, "bilinear", True)
+    portable = op.kernels["portable"](x, *params, 16, 18, "bilinear", True)
+    assert cpu.shape == portable.shape == (4, 3, 16, 18) and cpu.dtype == torch.uint8
+    assert (cpu.int() - portable.int()).abs().max() <= 1
+    for i in range(4):
+        t, left, h, w = (int(p[i]) for p in params)
+        one = F.resized_crop(x[i], t, left, h, w, [16, 18])
+        assert torch.equal(cpu[i], one)

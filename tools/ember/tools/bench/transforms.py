@@ -120,14 +120,17 @@ def run(quick: bool = False) -> BenchResult:
                         n / t["compiled"], t["pillow"] / t["compiled"], "-"])
     result.rows.append(["Pillow + numpy, per sample (classic torchvision recipe)",
                         n / t["pillow"], 1.0, "-"])
-    result.notes.append("ember: uint8 crop+resize (Pillow's fixed-point filter), flip as a "
-                        "per-sample select, ToDtype, float32 colour ops with per-image factors, "
-                        "Normalize(inplace=True); CPU batches run in cache-sized chunks of "
-                        "images over torch's thread count")
+    result.notes.append("ember: Compose runs the five stages fused: each cache-sized chunk "
+                        "of images goes through uint8 crop+resize (Pillow's fixed-point "
+                        "filter), a flip of the chosen images, ToDtype written straight into "
+                        "the output, then ColorJitter and Normalize in place on those rows; "
+                        "chunks are spread over torch's thread count")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     result.notes.append(f"1-minute load average during the run: {load:.1f} on {os.cpu_count()} "
                         f"cores; under oversubscription torch's OpenMP barriers stall, which "
                         f"the 1-thread row avoids")
-    result.notes.append("compiled: the whole pipeline is one graph; ColorJitter keeps a fixed "
-                        "op order there (a drawn order would break the graph)")
+    result.notes.append("compiled: the whole pipeline is one graph; the per-sample crop is "
+                        "the extern op ember_vision::resized_crop (the same CPU kernel), the "
+                        "colour ops become fused C++ passes over the whole batch; ColorJitter "
+                        "keeps a fixed op order there (a drawn order would break the graph)")
     return result

@@ -53,7 +53,7 @@ _LUMA = (0.2989, 0.587, 0.114)
 
 def _gray(img: torch.Tensor) -> torch.Tensor:
     """Luma [..., 1, H, W] in the input dtype (truncated for integers)."""
-    if img.dtype == torch.float32 and img.numel() > 0:
+    if img.dtype == torch.float32 and img.numel() > 0 and not torch.compiler.is_compiling():
         # a [3] x [3, H*W] matmul per image reads the three planes once
         x = img.reshape((-1, 3, img.shape[-2] * img.shape[-1]))
         w = torch.tensor(_LUMA, dtype=img.dtype, device=img.device)
@@ -199,6 +199,8 @@ def _shift_hue(img: torch.Tensor, factor, out: torch.Tensor | None = None) -> to
     costs ~50x a float op and every fresh large buffer pays its page faults. ``out`` may
     be ``img`` itself (the input is fully read before the first write).
     """
+    if torch.compiler.is_compiling():
+        return _shift_hue_traced(img, factor)
     r, g, b = img.unbind(-3)
     maxc, minc, delta, is_r, is_g, num, tmp = _workspace(7, r.shape, img.dtype, img.device)
     torch.maximum(torch.maximum(r, g, out=maxc), b, out=maxc)
@@ -231,6 +233,29 @@ def _shift_hue(img: torch.Tensor, factor, out: torch.Tensor | None = None) -> to
         else:
             torch.addcmul(minc, delta, w, out=out.select(-3, i))
     return out
+
+
+def _shift_hue_traced(img: torch.Tensor, factor) -> torch.Tensor:
+    """``_shift_hue``'s arithmetic as pure tensor expressions, which a compiler fuses into
+    one pass (the eager version's buffers and in-place ops would only stand in its way)."""
+    r, g, b = img.unbind(-3)
+    maxc = torch.maximum(torch.maximum(r, g), b)
+    minc = torch.minimum(torch.minimum(r, g), b)
+    delta = maxc - minc
+    is_r = maxc == r
+    is_g = (maxc == g) & ~is_r
+    num = torch.where(is_r, g - b, torch.where(is_g, b - r + 2.0 * delta, r - g + 4.0 * delta))
+    h6 = num / delta.clamp(min=1e-12)
+    if isinstance(factor, torch.Tensor):
+        h6 = h6 + 6.0 * factor.view(factor.shape[:1] + (1,) * (h6.ndim - 1))
+    else:
+        h6 = h6 + 6.0 * factor
+    planes = []
+    for n in (5.0, 3.0, 1.0):
+        k = h6 + n
+        k = k - 6.0 * torch.floor(k * (1.0 / 6.0))
+        planes.append(minc + delta * ((k - 2.0).abs() - 1.0).clamp(0.0, 1.0))
+    return torch.stack(planes, -3)
 
 
 def jitter_(img: torch.Tensor, order, factors) -> torch.Tensor:

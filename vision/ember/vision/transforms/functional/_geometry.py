@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as tF
 
+from ember.core import kernels
 from ember.vision import tv_tensors
 from ember.vision.transforms.functional._boxes import clamp_xyxy, in_xyxy
 from ember.vision.transforms.functional._registry import (
@@ -319,25 +320,51 @@ def _resized_crop_image(img, top, left, height, width, size,
     params = [torch.as_tensor(v, device=img.device).expand(n) for v in (top, left, height, width)]
     if mode in (InterpolationMode.NEAREST, InterpolationMode.NEAREST_EXACT):
         return _resized_crop_nearest(img, *params, oh, ow)
-    cpu_kernel = img.device.type == "cpu" and not torch.compiler.is_compiling() and (
-        mode == InterpolationMode.BILINEAR if img.dtype == torch.uint8
-        else img.dtype in (torch.float32, torch.float64))
-    if cpu_kernel:
-        # torch's CPU kernels (for uint8 bilinear, Pillow's fixed-point algorithm) beat
-        # dense weights here: one call per window, the parameters are already drawn
-        t, lf, hh, ww = (p.tolist() for p in params)
-        flat = img.reshape((n, -1) + tuple(img.shape[-3:]))
-        out = img.new_empty(flat.shape[:-2] + (oh, ow))
+    if img.requires_grad:  # the op below has no autograd formula; torch ops do
+        return _resized_crop_dense(img, *params, oh, ow, mode, bool(antialias))
+    return _resized_crop_op(img, *params, oh, ow, mode.value, bool(antialias))
 
-        def one(i: int) -> None:
-            win = flat[i, :, :, t[i]:t[i] + hh[i], lf[i]:lf[i] + ww[i]]
-            win = win.contiguous(memory_format=torch.channels_last)
-            out[i] = tF.interpolate(win, size=(oh, ow), mode=mode.value, align_corners=False,
-                                    antialias=bool(antialias))
 
-        per_image_parallel(one, n)
-        return out.reshape(img.shape[:-2] + (oh, ow))
-    return _resized_crop_dense(img, *params, oh, ow, mode, bool(antialias))
+# Per-sample resized crop as one op: compiled graphs call the fast CPU kernel as an extern
+# (the windows are data-dependent) instead of tracing dense weight matrices.
+_resized_crop_op = kernels.define(
+    "ember_vision::resized_crop",
+    "(Tensor img, Tensor top, Tensor left, Tensor height, Tensor width, SymInt oh, SymInt ow, "
+    "str mode, bool antialias) -> Tensor")
+
+
+@_resized_crop_op.register_fake
+def _(img, top, left, height, width, oh, ow, mode, antialias):
+    return img.new_empty(tuple(img.shape[:-2]) + (oh, ow))
+
+
+@_resized_crop_op.register_kernel("cpu")
+def _(img, top, left, height, width, oh, ow, mode, antialias):
+    """One torch interpolate call per window over the thread pool (for uint8 bilinear that
+    is Pillow's fixed-point algorithm); other integer cases take the dense weights."""
+    m = InterpolationMode(mode)
+    if (m != InterpolationMode.BILINEAR if img.dtype == torch.uint8
+            else img.dtype not in (torch.float32, torch.float64)):
+        return _resized_crop_dense(img, top, left, height, width, oh, ow, m, antialias)
+    n = img.shape[0]
+    t, lf, hh, ww = (p.tolist() for p in (top, left, height, width))
+    flat = img.reshape((n, -1) + tuple(img.shape[-3:]))
+    out = img.new_empty(flat.shape[:-2] + (oh, ow))
+
+    def one(i: int) -> None:
+        win = flat[i, :, :, t[i]:t[i] + hh[i], lf[i]:lf[i] + ww[i]]
+        win = win.contiguous(memory_format=torch.channels_last)
+        out[i] = tF.interpolate(win, size=(oh, ow), mode=mode, align_corners=False,
+                                antialias=antialias)
+
+    per_image_parallel(one, n)
+    return out.reshape(tuple(img.shape[:-2]) + (oh, ow))
+
+
+@_resized_crop_op.register_kernel("portable")
+def _(img, top, left, height, width, oh, ow, mode, antialias):
+    return _resized_crop_dense(img, top, left, height, width, oh, ow, InterpolationMode(mode),
+                               antialias)
 
 
 def _resized_crop_dense(img, top, left, height, width, oh, ow, mode, antialias):
