@@ -448,3 +448,26 @@ def test_fused_tail_writes_into_the_output_and_keeps_inputs(monkeypatch):
     assert torch.equal(x, keep)
     torch.manual_seed(3)
     assert torch.allclose(fused, _stagewise(pipe, x), atol=1e-5)
+
+
+@pytest.mark.parametrize("policy", list(T.AutoAugmentPolicy))
+def test_auto_augment_policies_draw_only_their_own_ops(policy):
+    from ember.vision.transforms._augment import _POLICIES
+
+    table = _POLICIES[policy.value]
+    assert len(table) == 25
+    allowed = {name for sub in table for name, p, _ in sub if p > 0}
+    t = T.AutoAugment(policy)
+    torch.manual_seed(0)
+    drawn = set()
+    for _ in range(300):
+        drawn |= {name for name, _ in t.program(32, 40)}
+    assert drawn <= allowed and len(drawn) >= len(allowed) - 2
+    out = t(batch(2))
+    assert out.shape == (2, 3, 32, 40) and out.dtype == torch.uint8
+    assert T.AutoAugment(policy.value).policy is policy
+
+
+def test_auto_augment_rejects_unknown_policy():
+    with pytest.raises(ValueError, match="policy"):
+        T.AutoAugment("mnist")

@@ -241,6 +241,8 @@ class AutoAugmentPolicy(enum.Enum):
     """Learned policies of the AutoAugment paper."""
 
     IMAGENET = "imagenet"
+    CIFAR10 = "cifar10"
+    SVHN = "svhn"
 
 
 # (op, probability, magnitude bin) pairs of the AutoAugment paper's ImageNet policy
@@ -273,21 +275,86 @@ _IMAGENET_POLICY = [
 ]
 
 
+# the paper's CIFAR-10 policy (reduced CIFAR-10 search), same layout
+_CIFAR10_POLICY = [
+    (("Invert", 0.1, None), ("Contrast", 0.2, 6)),
+    (("Rotate", 0.7, 2), ("TranslateX", 0.3, 9)),
+    (("Sharpness", 0.8, 1), ("Sharpness", 0.9, 3)),
+    (("ShearY", 0.5, 8), ("TranslateY", 0.7, 9)),
+    (("AutoContrast", 0.5, None), ("Equalize", 0.9, None)),
+    (("ShearY", 0.2, 7), ("Posterize", 0.3, 7)),
+    (("Color", 0.4, 3), ("Brightness", 0.6, 7)),
+    (("Sharpness", 0.3, 9), ("Brightness", 0.7, 9)),
+    (("Equalize", 0.6, None), ("Equalize", 0.5, None)),
+    (("Contrast", 0.6, 7), ("Sharpness", 0.6, 5)),
+    (("Color", 0.7, 7), ("TranslateX", 0.5, 8)),
+    (("Equalize", 0.3, None), ("AutoContrast", 0.4, None)),
+    (("TranslateY", 0.4, 3), ("Sharpness", 0.2, 6)),
+    (("Brightness", 0.9, 6), ("Color", 0.2, 8)),
+    (("Solarize", 0.5, 2), ("Invert", 0.0, None)),
+    (("Equalize", 0.2, None), ("AutoContrast", 0.6, None)),
+    (("Equalize", 0.2, None), ("Equalize", 0.6, None)),
+    (("Color", 0.9, 9), ("Equalize", 0.6, None)),
+    (("AutoContrast", 0.8, None), ("Solarize", 0.2, 8)),
+    (("Brightness", 0.1, 3), ("Color", 0.7, 0)),
+    (("Solarize", 0.4, 5), ("AutoContrast", 0.9, None)),
+    (("TranslateY", 0.9, 9), ("TranslateY", 0.7, 9)),
+    (("AutoContrast", 0.9, None), ("Solarize", 0.8, 3)),
+    (("Equalize", 0.8, None), ("Invert", 0.1, None)),
+    (("TranslateY", 0.7, 9), ("AutoContrast", 0.9, None)),
+]
+
+# the paper's SVHN policy (reduced SVHN search)
+_SVHN_POLICY = [
+    (("ShearX", 0.9, 4), ("Invert", 0.2, None)),
+    (("ShearY", 0.9, 8), ("Invert", 0.7, None)),
+    (("Equalize", 0.6, None), ("Solarize", 0.6, 6)),
+    (("Invert", 0.9, None), ("Equalize", 0.6, None)),
+    (("Equalize", 0.6, None), ("Rotate", 0.9, 3)),
+    (("ShearX", 0.9, 4), ("AutoContrast", 0.8, None)),
+    (("ShearY", 0.9, 8), ("Invert", 0.4, None)),
+    (("ShearY", 0.9, 5), ("Solarize", 0.2, 6)),
+    (("Invert", 0.9, None), ("AutoContrast", 0.8, None)),
+    (("Equalize", 0.6, None), ("Rotate", 0.9, 3)),
+    (("ShearX", 0.9, 4), ("Solarize", 0.3, 3)),
+    (("ShearY", 0.8, 8), ("Invert", 0.7, None)),
+    (("Equalize", 0.9, None), ("TranslateY", 0.6, 6)),
+    (("Invert", 0.9, None), ("Equalize", 0.6, None)),
+    (("Contrast", 0.3, 3), ("Rotate", 0.8, 4)),
+    (("Invert", 0.8, None), ("TranslateY", 0.0, 2)),
+    (("ShearY", 0.7, 6), ("Solarize", 0.4, 8)),
+    (("Invert", 0.6, None), ("Rotate", 0.8, 4)),
+    (("ShearY", 0.3, 7), ("TranslateX", 0.9, 3)),
+    (("ShearX", 0.1, 6), ("Invert", 0.6, None)),
+    (("Solarize", 0.7, 2), ("TranslateY", 0.6, 7)),
+    (("ShearY", 0.8, 4), ("Invert", 0.8, None)),
+    (("ShearX", 0.7, 9), ("TranslateY", 0.8, 3)),
+    (("ShearY", 0.8, 5), ("AutoContrast", 0.7, None)),
+    (("ShearX", 0.7, 2), ("Invert", 0.1, None)),
+]
+
+_POLICIES = {"imagenet": _IMAGENET_POLICY, "cifar10": _CIFAR10_POLICY, "svhn": _SVHN_POLICY}
+
+
 class AutoAugment(_AutoAugmentBase):
-    """A random sub-policy (two ops) of the learned ImageNet AutoAugment policy."""
+    """A random sub-policy (two ops) of a learned AutoAugment policy (ImageNet, CIFAR-10 or
+    SVHN)."""
 
     def __init__(self, policy=AutoAugmentPolicy.IMAGENET,
                  interpolation=InterpolationMode.NEAREST, fill=None,
                  per_sample: bool = False) -> None:
         super().__init__(interpolation, fill, per_sample)
-        if AutoAugmentPolicy(policy) is not AutoAugmentPolicy.IMAGENET:
-            raise ValueError(f"policy must be AutoAugmentPolicy.IMAGENET, got {policy!r}")
-        self.policy = AutoAugmentPolicy(policy)
+        try:
+            self.policy = AutoAugmentPolicy(policy)
+        except ValueError:
+            raise ValueError(f"policy must be one of {[p.name for p in AutoAugmentPolicy]} "
+                             f"(an AutoAugmentPolicy), got {policy!r}") from None
 
     def program(self, h, w):
         spaces = _spaces(10, h, w, wide=False)
         spaces["Invert"] = (torch.tensor(0.0), False)
-        sub = _IMAGENET_POLICY[int(torch.randint(len(_IMAGENET_POLICY), ()))]
+        table = _POLICIES[self.policy.value]
+        sub = table[int(torch.randint(len(table), ()))]
         ops = []
         for name, p, mag_bin in sub:
             if float(torch.rand(())) <= p:
