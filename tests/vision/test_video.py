@@ -88,7 +88,7 @@ def test_errors(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="output_format"):
         V.read_video(str(bad), output_format="CTHW")
     with pytest.raises(ValueError, match="pts_unit"):
-        V.read_video(str(bad), pts_unit="pts")
+        V.read_video(str(bad), pts_unit="frames")
     with pytest.raises(ValueError, match="video_array"):
         V.write_video(str(tmp_path / "x.mp4"), torch.zeros(2, 8, 8), fps=5)
     with pytest.raises(ValueError, match="fps"):
@@ -122,3 +122,15 @@ def test_missing_binary_says_how_to_install(monkeypatch):
     monkeypatch.setattr(imageio_ffmpeg, "get_ffmpeg_exe", no_binary)
     with pytest.raises(RuntimeError, match="pip install imageio-ffmpeg"):
         V.ffmpeg_exe()
+
+
+def test_pts_unit_pts_counts_ticks_of_the_stream_time_base(clip):
+    ticks, fps = V.read_video_timestamps(clip, pts_unit="pts")
+    secs, _ = V.read_video_timestamps(clip)
+    assert fps == 5.0 and len(ticks) == 10 and all(isinstance(t, int) for t in ticks)
+    step = ticks[1] - ticks[0]
+    assert step > 0 and ticks == [ticks[0] + i * step for i in range(10)]
+    # the same window in ticks and in seconds gives the same frames
+    by_pts, _, _ = V.read_video(clip, start_pts=ticks[3], end_pts=ticks[6], pts_unit="pts")
+    by_sec, _, _ = V.read_video(clip, start_pts=secs[3], end_pts=secs[6])
+    assert by_pts.shape[0] == 4 and torch.equal(by_pts, by_sec)

@@ -66,9 +66,12 @@ def _probe(path: str) -> dict[str, Any]:
     if v:
         size = re.search(r", (\d{1,5})x(\d{1,5})", v[1])
         fps = re.search(r"([\d.]+)(k?) fps", v[1]) or re.search(r"([\d.]+)(k?) tbr", v[1])
+        tbn = re.search(r"([\d.]+)(k?) tbn", v[1])
         if size:
             rate = float(fps[1]) * (1000 if fps and fps[2] else 1) if fps else None
-            info["video"] = {"width": int(size[1]), "height": int(size[2]), "fps": rate}
+            ticks = float(tbn[1]) * (1000 if tbn[2] else 1) if tbn else None
+            info["video"] = {"width": int(size[1]), "height": int(size[2]), "fps": rate,
+                             "time_base": 1.0 / ticks if ticks else None}
     a = re.search(r"Stream #\d+:\d+.*?: Audio: [^,]*, (\d+) Hz, ([^,]+)", err)
     if a:
         layout = a[2].strip()
@@ -128,24 +131,38 @@ def _decode_audio(path: str, info: dict, start: float, end: float | None) -> tor
 
 
 def _check_range(start_pts, end_pts, pts_unit):
-    if pts_unit != "sec":
-        raise ValueError(f"pts_unit must be 'sec' (timestamps in seconds), got {pts_unit!r}")
+    if pts_unit not in ("sec", "pts"):
+        raise ValueError(f"pts_unit must be 'sec' (seconds) or 'pts' (ticks of the video "
+                         f"stream's time base), got {pts_unit!r}")
     if end_pts is not None and end_pts < start_pts:
         raise ValueError(f"end_pts ({end_pts}) must not be less than start_pts ({start_pts})")
     return float(start_pts), (None if end_pts is None or end_pts == float("inf")
                               else float(end_pts))
 
 
+def _time_base(info: dict, path: str) -> float:
+    """Seconds per pts tick of the video stream."""
+    tb = (info["video"] or {}).get("time_base")
+    if not tb:
+        raise RuntimeError(f"pts_unit='pts' needs the video stream's time base, which ffmpeg "
+                           f"did not report for {path!r}; use pts_unit='sec'")
+    return tb
+
+
 def read_video(filename: str, start_pts: float = 0, end_pts: float | None = None,
                pts_unit: str = "sec", output_format: str = "THWC"
                ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """(video uint8 [T, H, W, C] or [T, C, H, W], audio float32 [channels, samples], info)
-    for the frames with pts in [start_pts, end_pts] seconds."""
+    for the frames with pts in [start_pts, end_pts], in seconds or (``pts_unit="pts"``)
+    in ticks of the video stream's time base."""
     if output_format not in ("THWC", "TCHW"):
         raise ValueError(f"output_format must be 'THWC' or 'TCHW', got {output_format!r}")
     start, end = _check_range(start_pts, end_pts, pts_unit)
     path = os.fspath(filename)
     info = _probe(path)
+    if pts_unit == "pts":
+        tb = _time_base(info, path)
+        start, end = start * tb, (None if end is None else end * tb)
     meta: dict[str, float] = {}
     if info["video"] is not None:
         video, _ = _decode(path, info, start, end)
@@ -162,13 +179,18 @@ def read_video(filename: str, start_pts: float = 0, end_pts: float | None = None
     return video, audio, meta
 
 
-def read_video_timestamps(filename: str, pts_unit: str = "sec") -> tuple[list[float], float]:
-    """Every frame's pts (seconds) and the video fps."""
+def read_video_timestamps(filename: str, pts_unit: str = "sec"
+                          ) -> tuple[list[float] | list[int], float]:
+    """Every frame's pts (seconds, or integer ticks with ``pts_unit="pts"``) and the fps."""
     _check_range(0, None, pts_unit)
-    info = _probe(os.fspath(filename))
+    path = os.fspath(filename)
+    info = _probe(path)
     if info["video"] is None:
         return [], 0.0
-    _, pts = _decode(os.fspath(filename), info, 0.0, None)
+    tb = _time_base(info, path) if pts_unit == "pts" else None
+    _, pts = _decode(path, info, 0.0, None)
+    if tb is not None:
+        return [int(round(p / tb)) for p in pts], info["video"]["fps"]
     return pts, info["video"]["fps"]
 
 
