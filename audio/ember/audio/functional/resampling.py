@@ -202,10 +202,13 @@ def _blocked_resample(x: Tensor, orig: int, new: int, kernel: Tensor, width: int
              for p0, p1, start, taps in plan]
     out = x.new_empty(rows, target)
 
-    def unit(i: int) -> None:
-        r, u = divmod(i, units_per_row)
-        k0 = u * per_unit
-        k1 = min(n_blocks, k0 + per_unit)
+    # blocks [inner_lo, inner_hi) read only samples inside the row: their windows are views
+    inner_lo = -(-width // orig)
+    inner_hi = max(inner_lo, (length - n_taps + width) // orig + 1)
+
+    def blocks(r: int, k0: int, k1: int) -> None:
+        if k1 <= k0:
+            return
         kf = min(k1, full)  # blocks [k0, kf) are whole and go straight to the output
         seg = _span(x[r], k0 * orig - width, (k1 - 1) * orig + n_taps - width)
         whole = out[r, k0 * new:kf * new].view(kf - k0, new) if kf > k0 else None
@@ -218,6 +221,18 @@ def _blocked_resample(x: Tensor, orig: int, new: int, kernel: Tensor, width: int
                 torch.mm(frames[kf - k0:kf - k0 + 1], bank, out=tail[:, p0:p1])
         if tail is not None:
             out[r, kf * new:].copy_(tail[0, :target - kf * new])
+
+    def unit(i: int) -> None:
+        r, u = divmod(i, units_per_row)
+        k0 = u * per_unit
+        k1 = min(n_blocks, k0 + per_unit)
+        lo, hi = min(max(k0, inner_lo), k1), max(min(k1, inner_hi), k0)
+        if lo >= hi:  # no inner block: one padded span
+            blocks(r, k0, k1)
+            return
+        blocks(r, k0, lo)  # edge blocks copy their few samples into a zero-padded buffer
+        blocks(r, lo, hi)
+        blocks(r, hi, k1)
 
     def guarded(i: int) -> None:
         with torch.no_grad():  # grad mode is per thread
