@@ -195,6 +195,19 @@ def test_transposing_copies_use_2d_tiles(tcompile, matches, monkeypatch, mode):
 
 
 @interpreted
+def test_reduce_overhead_on_cpu_tensors_runs_without_cuda_graphs(tcompile, matches):
+    from ember.core.compiler import cudagraphs
+
+    recorded = cudagraphs.stats["recorded"]
+    f = lambda x: torch.softmax(x * 2, -1).sum(0)
+    compiled = tcompile(f, mode="reduce-overhead", dynamic=True)
+    for shape in [(4, 9), (6, 3)]:
+        x = torch.randn(shape)
+        matches(compiled(x), f(x))
+    assert cudagraphs.stats["recorded"] == recorded
+
+
+@interpreted
 def test_source_is_cached_on_disk_and_reused(tcompile, matches):
     from ember.core.compiler.runtime import cache, triton_cache
 
