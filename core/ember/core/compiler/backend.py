@@ -15,12 +15,11 @@ import torch
 from torch.fx import GraphModule
 
 from ember.core.compiler import capture, patterns, routing
-from ember.core.compiler.codegen import cpp
-from ember.core.compiler.codegen.wrapper import WrapperBuilder, ctypes_function
+from ember.core.compiler.codegen.wrapper import WrapperBuilder
 from ember.core.compiler.decompose import decomposition_table
 from ember.core.compiler.ir import Buffer, Extern, StridedView
 from ember.core.compiler.lower import GraphLowering
-from ember.core.compiler.runtime import build
+from ember.core.compiler.runtime import kernels as cpp_kernels
 from ember.core.compiler.schedule import Kernel, schedule
 from ember.core.logs import get_logger
 
@@ -99,18 +98,12 @@ def _compile(gm: GraphModule, example_inputs, options: dict):
     outputs = {o.buf.name for o in g.outputs if isinstance(o, StridedView)}
     steps = schedule(g.nodes, outputs)
     kernels = [s for s in steps if isinstance(s, Kernel)]
-    sources = [] if use_triton else [cpp.kernel_source(k, buffers) for k in kernels]
-    libs = {}
-    tu = ""
     if use_triton:
         libs, tu = triton_codegen.load_kernels(kernels, buffers, options)
-    elif kernels:
-        tu = cpp.translation_unit([s for s, _ in sources])
-        lib = build.load(tu)
-        for k, (_, spec) in zip(kernels, sources):
-            libs[k.name] = (ctypes_function(lib, k.name, spec), spec)
-    src, globs = WrapperBuilder(g.inputs, g.constants, g.outputs,
-                                device=g.device).generate(steps, libs, buffers)
+    else:
+        libs, tu = cpp_kernels.load(steps, buffers, options)
+    src, globs = WrapperBuilder(g.inputs, g.constants, g.outputs, device=g.device,
+                                options=options).generate(steps, libs, buffers)
     if output_log.isEnabledFor(logging.INFO):
         output_log.info("generated %s:\n%s\nwrapper:\n%s", "Triton" if use_triton else "C++",
                         tu, src)

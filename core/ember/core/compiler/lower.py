@@ -247,6 +247,9 @@ def _div(ctx, a, b, *, rounding_mode=None):
     if rounding_mode is None:
         return pointwise(ctx, "truediv", a, b)
     _int_out(ctx, "division")
+    if ctx.dtype in (torch.float16, torch.bfloat16):
+        # eager rounds the quotient to the 16-bit type before rounding it to an integer
+        raise Unsupported(f"{rounding_mode} division of {ctx.dtype} (eager's double rounding)")
     return pointwise(ctx, "floordiv" if rounding_mode == "floor" else "truncdiv", a, b)
 
 

@@ -219,8 +219,15 @@ def _row_locals(k: Kernel) -> dict:
     return out
 
 
-def kernel_source(k: Kernel, buffers: dict) -> tuple[str, list]:
-    """C++ source of one kernel and its argument list: ("buf", name) / ("sym", symbol)."""
+TUNE_PARAMS = ("e_nt", "e_cpt")  # tunable kernels' trailing arguments: threads, chunks/thread
+
+
+def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str, list]:
+    """C++ source of one kernel and its argument list: ("buf", name) / ("sym", symbol).
+
+    ``tunable`` (max-autotune) adds two trailing ``int64_t`` arguments, the OpenMP thread
+    count and the chunks per thread of the outer loop, so one build serves every candidate.
+    """
     local = _row_locals(k)
     k.stored -= set(local)
     xs = ir.index_vars("x", len(k.outer))
@@ -250,6 +257,8 @@ def kernel_source(k: Kernel, buffers: dict) -> tuple[str, list]:
         read - set(stored))]
     params += [f"{CTYPES[buffers[b].dtype]}* __restrict__ {b}" for b in stored]
     params += [f"int64_t {s.name}" for s in syms]
+    if tunable:
+        params += [f"int64_t {p}" for p in TUNE_PARAMS]
     body = _Body(buffers)
     body.local = {name: xs for name in local}
 
@@ -259,23 +268,32 @@ def kernel_source(k: Kernel, buffers: dict) -> tuple[str, list]:
     static_work = _static(work)
     cond = "" if static_work is not None else f" if({index_str(work)} >= {PARALLEL_MIN_WORK})"
     par = static_work is None or static_work >= PARALLEL_MIN_WORK
+    threads = ""
+    if tunable:  # the tuner picks the thread count (1 = serial), so always emit the pragma
+        par, cond, threads = True, "", " num_threads(e_nt)"
     outer_parallel = bool(k.outer) and par and _static(outer_n) != 1
+    if tunable and k.outer:
+        body.line(f"const int64_t e_per = ({index_str(outer_n)} + e_nt * e_cpt - 1) / "
+                  f"(e_nt * e_cpt);")
+        body.line("const int64_t e_chunk = e_per > 0 ? e_per : 1;")
+        threads += " schedule(static, e_chunk)"
     if _column_major(k):
-        _emit_column(body, k, buffers, cond if par else None)
+        _emit_column(body, k, buffers, (cond + threads) if par else None)
         src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + \
             "\n}\n"
         return src, [("buf", b) for b in bufs] + [("sym", s) for s in syms]
     saved_outer = []
     if k.outer:
         if outer_parallel:
-            body.line(f"#pragma omp parallel for collapse({len(k.outer)}){cond}")
+            body.line(f"#pragma omp parallel for collapse({len(k.outer)}){cond}{threads}")
         for x, s in zip(xs, k.outer):
             saved_outer.append(body.open(f"for (int64_t {x} = 0; {x} < {index_str(s)}; ++{x})"))
         for name, n in local.items():
             body.line(f"{CTYPES[buffers[name].dtype]} {name}[{n}];")
     inner_parallel = par and not outer_parallel
+    inner_cond = cond + (" num_threads(e_nt)" if tunable else "")
     for st in k.stages:
-        _emit_stage(body, st, buffers, k.stored, inner_parallel, cond)
+        _emit_stage(body, st, buffers, k.stored, inner_parallel, inner_cond)
     for saved in reversed(saved_outer):
         body.close(saved)
     src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + "\n}\n"

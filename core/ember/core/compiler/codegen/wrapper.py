@@ -12,6 +12,7 @@ import ctypes
 import sympy
 import torch
 
+from ember.core.compiler import modes
 from ember.core.compiler.codegen.cpp import index_str
 from ember.core.compiler.ir import Buffer, Extern, StridedView, Unsupported, walk
 from ember.core.compiler.schedule import Kernel
@@ -48,8 +49,11 @@ def _tup(xs) -> str:
 class WrapperBuilder:
     """Generates ``call(args)`` for one graph."""
 
-    def __init__(self, inputs: list, constants: dict, outputs: list, device: str = "cpu"):
+    def __init__(self, inputs: list, constants: dict, outputs: list, device: str = "cpu",
+                 options: dict | None = None):
         self.inputs, self.constants, self.outputs = inputs, constants, outputs
+        # a tuned kernel re-runs on its real arguments: none of them may be overwritten
+        self.inplace = not modes.tunes_kernels(options)
         self.device = "" if device == "cpu" else f", device={device!r}"  # allocations
         self.lines: list[str] = []
         self.globals: dict = {"torch": torch, "_fix": _fix_strides, "_view": _view,
@@ -117,6 +121,7 @@ class WrapperBuilder:
         out_names = {o.buf.name for o in self.outputs if isinstance(o, StridedView)}
         pool: dict[str, list[str]] = {}
         reusable: set[str] = set()
+        segment = None  # reduce-overhead: the native entry running the current kernel run
         for i, step in enumerate(steps):
             if isinstance(step, Extern):
                 self._extern(step)
@@ -128,8 +133,9 @@ class WrapperBuilder:
                                  out_names and b.name in last_use}
             else:
                 fn, arg_spec = libs[step.name]
+                segment = libs.get(f"seg:{step.name}", segment)
                 inplace = _inplace_candidates(step, {n for n in reusable if last_use[n] == i},
-                                              buffers)
+                                              buffers) if self.inplace else {}
                 for b in step.outputs:
                     self._need(b.size + b.stride)
                     key = f"{_tup(b.size)}{_tup(b.stride)}{b.dtype}"
@@ -145,14 +151,11 @@ class WrapperBuilder:
                                           f"{_tup(b.stride)}, dtype={b.dtype}{self.device})")
                     if b.name not in out_names:
                         reusable.add(b.name)
-                self.globals[step.name] = fn
-                # "buf": a data pointer (C++), "tensor": the tensor itself (Triton)
-                args = [f"{v}.data_ptr()" if kind == "buf" else v if kind == "tensor" else _py(v)
-                        for kind, v in arg_spec]
-                for kind, v in arg_spec:
-                    if kind == "sym":
-                        self._need([v])
-                self.lines.append(f"{step.name}({', '.join(args)})")
+                if segment is None:
+                    self._call(step.name, fn, arg_spec)
+                elif step.name == segment[2][-1]:  # allocations done: run the whole segment
+                    self._call(f"seg_{segment[2][0]}", segment[0], segment[1])
+                    segment = None
             for n, last in last_use.items():
                 if last == i and n in reusable:
                     b = self._buffer(steps, n)
@@ -165,6 +168,16 @@ class WrapperBuilder:
         self.lines.append(f"return [{', '.join(rets)}]")
         src = "def call(args):\n" + "\n".join("    " + ln for ln in self.lines) + "\n"
         return src, self.globals
+
+    def _call(self, name: str, fn, arg_spec: list) -> None:
+        self.globals[name] = fn
+        # "buf": a data pointer (C++), "tensor": the tensor itself (Triton)
+        args = [f"{v}.data_ptr()" if kind == "buf" else v if kind == "tensor" else _py(v)
+                for kind, v in arg_spec]
+        for kind, v in arg_spec:
+            if kind == "sym":
+                self._need([v])
+        self.lines.append(f"{name}({', '.join(args)})")
 
     @staticmethod
     def _buffer(steps, name):

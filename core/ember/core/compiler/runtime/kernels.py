@@ -1,0 +1,88 @@
+"""Build a graph's C++ kernels into one shared library and bind them as Python callables.
+
+``load(steps, buffers, options) -> (libs, source)``: ``libs[kernel] = (callable, spec)``.
+Under max-autotune the callables are ``TunedKernel``s; under reduce-overhead every run of
+consecutive kernels also gets one ``extern "C"`` entry that calls them in order, bound as
+``libs["seg:<first kernel>"] = (callable, spec, kernel names)``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from ember.core.compiler import modes
+from ember.core.compiler.codegen import cpp
+from ember.core.compiler.runtime import build
+from ember.core.compiler.runtime.tuned import TunedKernel
+from ember.core.compiler.schedule import Kernel
+
+
+def _bind(lib: ctypes.CDLL, name: str, spec: list, extra: int = 0):
+    fn = getattr(lib, name)
+    fn.argtypes = [ctypes.c_void_p if kind == "buf" else ctypes.c_int64 for kind, _ in spec] + \
+        [ctypes.c_int64] * extra
+    fn.restype = None
+    return fn
+
+
+def runs(steps: list) -> list[list[Kernel]]:
+    """Maximal runs of consecutive kernels (externs split them)."""
+    out, cur = [], []
+    for s in steps:
+        if isinstance(s, Kernel):
+            cur.append(s)
+        elif cur:
+            out.append(cur)
+            cur = []
+    return out + ([cur] if cur else [])
+
+
+def segment_source(name: str, kernels: list[Kernel], specs: dict, buffers: dict):
+    """One entry calling ``kernels`` in order; its arguments are the union of theirs."""
+    spec: list = []
+    for k in kernels:
+        spec += [a for a in specs[k.name] if a not in spec]
+    spec = [a for a in spec if a[0] == "buf"] + [a for a in spec if a[0] == "sym"]
+    pos = {a: i for i, a in enumerate(spec)}
+    params = [f"void* p{i}" if kind == "buf" else f"int64_t p{i}"
+              for i, (kind, _) in enumerate(spec)]
+    lines = [f'extern "C" void {name}({", ".join(params)}) {{']
+    for k in kernels:
+        args = []
+        for a in specs[k.name]:
+            kind, v = a
+            i = pos[a]
+            args.append(f"static_cast<{cpp.CTYPES[buffers[v].dtype]}*>(p{i})" if kind == "buf"
+                        else f"p{i}")
+        lines.append(f"  {k.name}({', '.join(args)});")
+    return "\n".join(lines + ["}"]) + "\n", spec
+
+
+def load(steps: list, buffers: dict, options: dict | None) -> tuple[dict, str]:
+    kernels = [s for s in steps if isinstance(s, Kernel)]
+    if not kernels:
+        return {}, ""
+    tune = modes.tunes_kernels(options)
+    sources = {k.name: cpp.kernel_source(k, buffers, tunable=tune) for k in kernels}
+    parts = [src for src, _ in sources.values()]
+    specs = {name: spec for name, (_, spec) in sources.items()}
+    segments = []
+    if modes.native_entry(options):
+        for run in runs(steps):
+            name = f"seg_{run[0].name}"
+            src, spec = segment_source(name, run, specs, buffers)
+            parts.append(src)
+            segments.append((name, spec, [k.name for k in run]))
+    tu = cpp.translation_unit(parts)
+    lib = build.load(tu)
+    libs: dict = {}
+    for name, (src, spec) in sources.items():
+        if tune:
+            fn = _bind(lib, name, spec, extra=len(cpp.TUNE_PARAMS))
+            n_bufs = sum(kind == "buf" for kind, _ in spec)
+            libs[name] = (TunedKernel(fn, name, src, n_bufs), spec)
+        else:
+            libs[name] = (_bind(lib, name, spec), spec)
+    for name, spec, names in segments:
+        libs[f"seg:{names[0]}"] = (_bind(lib, name, spec), spec, names)
+    return libs, tu

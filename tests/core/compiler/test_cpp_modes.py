@@ -1,0 +1,129 @@
+"""C++ modes: max-autotune (tuned threads/chunking, winner cached on disk) and
+reduce-overhead (one native entry per run of kernels), both checked against eager."""
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ember.core import set_logs
+from ember.core.compiler import autotune, backend, modes
+from ember.core.compiler.runtime import kernels, tuned
+
+
+def _graph(x, w):
+    """Row reductions, a column reduction and an extern (matmul) splitting the kernels."""
+    y = torch.softmax(x * 2 + 1, -1) @ w
+    return F.layer_norm(y, (y.shape[-1],)).relu() + x.sum(0), torch.log_softmax(x, -1)
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def output_code():
+    msgs = []
+
+    class H(logging.Handler):
+        def emit(self, record):
+            msgs.append(record.getMessage())
+    h = H()
+    set_logs(output_code=True)
+    logging.getLogger("ember.output_code").addHandler(h)
+    yield msgs
+    logging.getLogger("ember.output_code").removeHandler(h)
+    set_logs(output_code=None)
+
+
+def test_mode_names_are_checked():
+    assert modes.tunes_kernels({"mode": "max-autotune-no-cudagraphs"})
+    assert modes.native_entry({"mode": "reduce-overhead"})
+    assert not modes.tunes_kernels({}) and not modes.native_entry(None)
+    with pytest.raises(ValueError, match="mode"):
+        modes.mode_of({"mode": "fastest"})
+
+
+def test_tuning_candidates_cover_serial_and_parallel():
+    assert tuned.candidates(1) == [{"threads": 1, "chunks": 1}]
+    c = tuned.candidates(8)
+    assert {"threads": 1, "chunks": 1} in c and {"threads": 8, "chunks": 16} in c
+    assert {"threads": 4, "chunks": 1} in c
+
+
+def test_max_autotune_matches_eager_and_reuses_the_disk_cache(ecompile, fresh_cache):
+    x, w = torch.randn(48, 96), torch.randn(96, 96)
+    ref = _graph(x, w)
+    searches, hits = autotune.stats["searches"], autotune.stats["cache_hits"]
+    f = ecompile(_graph, mode="max-autotune")
+    for out, r in zip(f(x, w), ref):
+        torch.testing.assert_close(out, r)
+    tuned_now = autotune.stats["searches"] - searches
+    assert tuned_now >= 3  # every kernel was tuned on the real inputs
+    assert list((fresh_cache / "autotune").glob("*.json"))
+    # second call: the choice is remembered, nothing is timed again
+    for out, r in zip(f(x, w), ref):
+        torch.testing.assert_close(out, r)
+    assert autotune.stats["searches"] - searches == tuned_now
+    # a fresh compile (new kernel objects, as in a new process) reads the winners from disk
+    g = ecompile(_graph, mode="max-autotune")
+    for out, r in zip(g(x, w), ref):
+        torch.testing.assert_close(out, r)
+    assert autotune.stats["searches"] - searches == tuned_now
+    assert autotune.stats["cache_hits"] - hits >= tuned_now
+
+
+def test_max_autotune_tunes_each_shape_under_dynamic(ecompile, fresh_cache):
+    f = ecompile(lambda x: torch.softmax(x, -1) * x.mean(0), mode="max-autotune", dynamic=True)
+    for n in (5, 33, 70):
+        x = torch.randn(n, 40)
+        torch.testing.assert_close(f(x), torch.softmax(x, -1) * x.mean(0))
+
+
+def test_reduce_overhead_runs_kernels_through_native_entries(ecompile, output_code):
+    x, w = torch.randn(48, 96), torch.randn(96, 96)
+    f = ecompile(_graph, mode="reduce-overhead")
+    for out, r in zip(f(x, w), _graph(x, w)):
+        torch.testing.assert_close(out, r)
+    wrapper = "\n".join(output_code).split("def call(args):")[-1]
+    calls = [ln.split("(")[0].strip() for ln in wrapper.splitlines() if "data_ptr()" in ln]
+    assert calls and all(c.startswith("seg_") for c in calls)
+    assert len(calls) == 2  # the matmul splits the graph's kernels into two runs
+
+
+def test_reduce_overhead_across_shapes_and_fresh_outputs(ecompile):
+    fn = lambda x: (torch.softmax(x, -1) * 2, x.sum(-1) + 1)
+    f = ecompile(fn, mode="reduce-overhead", dynamic=True)
+    before = backend.stats["graphs_compiled"]
+    kept = []
+    for shape in [(3, 8), (7, 8), (2, 30), (7, 8)]:
+        x = torch.randn(shape)
+        out = f(x)
+        for o, r in zip(out, fn(x)):
+            torch.testing.assert_close(o, r)
+        kept.append((x, out))
+    assert backend.stats["graphs_compiled"] - before == 1  # dynamic: one graph
+    for x, out in kept:  # earlier outputs were not overwritten by later calls
+        for o, r in zip(out, fn(x)):
+            torch.testing.assert_close(o, r)
+
+
+def test_reduce_overhead_recompiles_for_new_static_shapes(ecompile):
+    fn = lambda x: F.gelu(x) * x.amax(-1, keepdim=True)
+    f = ecompile(fn, mode="reduce-overhead", dynamic=False)
+    for shape in [(4, 16), (6, 5), (4, 16)]:
+        x = torch.randn(shape)
+        torch.testing.assert_close(f(x), fn(x))
+
+
+def test_runs_split_at_externs():
+    from ember.core.compiler.ir import Extern
+    from ember.core.compiler.schedule import Kernel
+
+    k = [Kernel(f"kernel{i}", [], [], []) for i in range(4)]
+    e = Extern(None, (), {}, [], "single")
+    assert [[x.name for x in r] for r in kernels.runs([k[0], k[1], e, k[2], e, e, k[3]])] == \
+        [["kernel0", "kernel1"], ["kernel2"], ["kernel3"]]
