@@ -147,10 +147,12 @@ def run(quick: bool = False) -> BenchResult:
                        _load_rows(ld_n, ld_s, rounds)):
         result.rows += rows
         result.notes.append(note)
-    result.notes.append(f"torch threads: {torch.get_num_threads()}; librosa/soxr single-threaded;"
-                        f" 1-min load average at start: {load_avg:.1f}. With more runnable "
-                        f"threads than cores, torch's OpenMP barriers stall on descheduled "
-                        f"threads; the 1-thread rows are then the per-core comparison")
+    result.notes.append(f"torch threads: {torch.get_num_threads()}; ember's CPU MelSpectrogram "
+                        f"and Resample split the batch into cache-sized units run by that many "
+                        f"threads with one intra-op thread each (no OpenMP team per op); "
+                        f"librosa/soxr single-threaded; 1-min load average at start: "
+                        f"{load_avg:.1f}. On a machine busier than its core count, the threads "
+                        f"wait for cores and the 1-thread rows are the per-core comparison")
     result.notes.append("MelSpectrogram peer settings: htk=True, norm=None, pad_mode='reflect' "
                         "(ember's defaults; librosa's own default pad_mode is 'constant')")
     return result
