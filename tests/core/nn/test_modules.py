@@ -162,3 +162,29 @@ def test_encoder_layer_compiles_without_graph_breaks():
     torch.testing.assert_close(compiled(x, src_key_padding_mask=kpm),
                                layer(x, src_key_padding_mask=kpm))
     torch._dynamo.reset()
+
+
+@pytest.mark.slow  # ~30 s of Inductor compile
+def test_encoder_layer_trains_under_inductor(tmp_path, monkeypatch):
+    """Inductor trusts ember::sdpa's fake strides in the training graph (packed-QKV views)."""
+    import torch._inductor.config as inductor_config
+
+    # A fresh cache: Inductor's FX graph cache does not key on custom ops' fake functions.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)
+    torch.manual_seed(0)
+    layer = TransformerEncoderLayer(E, H, dim_feedforward=32, dropout=0.0, batch_first=True)
+    x = torch.randn(2, 8, E)
+    torch._dynamo.reset()
+    try:
+        out = torch.compile(layer, backend="inductor")(x)
+        out.square().sum().backward()
+    finally:
+        torch._dynamo.reset()
+    ours = [p.grad.clone() for p in layer.parameters()]
+    layer.zero_grad()
+    ref = layer(x)
+    ref.square().sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    for a, p in zip(ours, layer.parameters()):
+        torch.testing.assert_close(a, p.grad, rtol=1e-4, atol=1e-4)
