@@ -471,3 +471,20 @@ def test_auto_augment_policies_draw_only_their_own_ops(policy):
 def test_auto_augment_rejects_unknown_policy():
     with pytest.raises(ValueError, match="policy"):
         T.AutoAugment("mnist")
+
+
+def test_typed_samples_under_torch_compile_stay_typed_and_correct():
+    """unwrap traces in one graph; whole typed pipelines compile (with breaks where a result
+    is re-wrapped, see ember.vision.tv_tensors) and match eager."""
+    img = tv.Image(batch(3).float() / 255)
+    plain = torch.compile(lambda x: tv.unwrap(x) * 2, backend="eager", fullgraph=True)(img)
+    assert type(plain) is torch.Tensor and torch.equal(plain, img.as_subclass(torch.Tensor) * 2)
+    pipe = T.Compose([T.RandomHorizontalFlip(per_sample=True), T.Normalize([0.5] * 3, [0.2] * 3)])
+    sample = {"image": img, "boxes": tv.BoundingBoxes(torch.tensor([[[1.0, 2, 8, 9]]] * 3),
+                                                      format="XYXY", canvas_size=(32, 40))}
+    torch.manual_seed(0)
+    out = torch.compile(pipe, backend="eager")(sample)
+    torch.manual_seed(0)
+    ref = pipe(sample)
+    assert type(out["image"]) is tv.Image and type(out["boxes"]) is tv.BoundingBoxes
+    assert torch.allclose(out["image"], ref["image"]) and torch.equal(out["boxes"], ref["boxes"])

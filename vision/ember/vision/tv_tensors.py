@@ -3,6 +3,11 @@
 ``Image``, ``Video``, ``Mask`` and ``BoundingBoxes`` (with ``format`` and ``canvas_size``)
 behave as plain tensors; torch ops on them return plain tensors, as in
 torchvision.tv_tensors, and transforms re-wrap their outputs.
+
+Under TorchDynamo (torch 2.13) plain-tensor pipelines capture as one graph, while typed
+samples still break the graph where a transform re-wraps its result: Dynamo refuses
+``Tensor.as_subclass`` on values it traced (gb0001, "non-dispatcher-style tensor
+subclass"); unwrapping is traceable (``unwrap``). Results stay correct, in several graphs.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["TVTensor", "Image", "Video", "Mask", "BoundingBoxes", "BoundingBoxFormat", "wrap"]
+__all__ = ["TVTensor", "Image", "Video", "Mask", "BoundingBoxes", "BoundingBoxFormat", "wrap",
+           "unwrap"]
 
 # Ops whose result keeps the subclass (and its metadata): they copy or move, never reinterpret.
 _KEEP_TYPE = {
@@ -138,6 +144,17 @@ class BoundingBoxes(TVTensor):
 
     def _meta(self) -> dict[str, Any]:
         return {"format": self.format, "canvas_size": self.canvas_size}
+
+
+def unwrap(x: Any) -> Any:
+    """``x`` as a plain ``torch.Tensor`` sharing its storage (anything else unchanged)."""
+    if not isinstance(x, TVTensor):
+        return x
+    if torch.compiler.is_compiling():
+        # TorchDynamo cannot trace as_subclass(Tensor) on a subclass; an identity view goes
+        # through __torch_function__, which returns plain tensors
+        return x.view(x.shape)
+    return x.as_subclass(torch.Tensor)
 
 
 def wrap(tensor: torch.Tensor, *, like: TVTensor, **meta: Any) -> TVTensor:

@@ -210,7 +210,7 @@ class SanitizeBoundingBoxes(Transform):
         if b.ndim != 2:
             raise ValueError(f"SanitizeBoundingBoxes works on unbatched boxes [N, 4], "
                              f"got {tuple(b.shape)}")
-        xyxy = F._boxes.to_xyxy(b.as_subclass(torch.Tensor).to(torch.float32), b.format)
+        xyxy = F._boxes.to_xyxy(tv_tensors.unwrap(b).to(torch.float32), b.format)
         ws, hs = xyxy[:, 2] - xyxy[:, 0], xyxy[:, 3] - xyxy[:, 1]
         h, w = b.canvas_size
         valid = (ws >= self.min_size) & (hs >= self.min_size) & (ws * hs >= self.min_area)
@@ -222,7 +222,7 @@ class SanitizeBoundingBoxes(Transform):
             if x is b or any(x is lab for lab in labels) or (
                     isinstance(x, tv_tensors.Mask) and x.ndim >= 3 and x.shape[0] == n):
                 out.append(x[valid.to(x.device)] if not isinstance(x, tv_tensors.TVTensor) else
-                           tv_tensors.wrap(x.as_subclass(torch.Tensor)[valid.to(x.device)], like=x))
+                           tv_tensors.wrap(tv_tensors.unwrap(x)[valid.to(x.device)], like=x))
             else:
                 out.append(x)
         return tree_unflatten(out, spec)

@@ -22,7 +22,7 @@ def _is_plain(x: Any) -> bool:
 
 def plain(x: torch.Tensor) -> torch.Tensor:
     """``x`` without its typed-sample subclass."""
-    return x.as_subclass(torch.Tensor) if isinstance(x, tv_tensors.TVTensor) else x
+    return tv_tensors.unwrap(x)
 
 
 def transformed_leaves(leaves: list) -> list[bool]:

@@ -63,7 +63,7 @@ def _convert_plain(boxes, new_format, old_format=None):
 
 def _convert_typed(boxes, new_format, old_format=None):
     new = _as_format(new_format)
-    out = _convert_plain(boxes.as_subclass(torch.Tensor), new, boxes.format)
+    out = _convert_plain(tv_tensors.unwrap(boxes), new, boxes.format)
     return tv_tensors.wrap(out, like=boxes, format=new)
 
 

@@ -54,7 +54,7 @@ def dispatcher(fn: Callable) -> Callable:
 
 
 def _plain(x: torch.Tensor) -> torch.Tensor:
-    return x.as_subclass(torch.Tensor) if isinstance(x, tv_tensors.TVTensor) else x
+    return tv_tensors.unwrap(x)
 
 
 def register_image(functional: Callable, kernel: Callable, *, video: bool = True) -> None:
