@@ -235,6 +235,48 @@ def _case(name: str, size: int, backends: list[str]):
     return results
 
 
+# per-call overhead: tiny graphs where the time is the call path, not the arithmetic
+OVERHEAD_CASES: dict[str, tuple[Callable, tuple]] = {
+    "x*2+1 [16] (1 kernel)": (lambda x: x * 2 + 1, (16,)),
+    "softmax(x*2+1)+x.sum(0), x.amax(-1) [4,4] (3 kernels)":
+        (lambda x: (torch.softmax(x * 2 + 1, -1) + x.sum(0), x.amax(-1)), (4, 4)),
+}
+
+
+def _overhead(backends: list[str], quick: bool) -> list[str]:
+    """Microseconds per call of tiny graphs: eager, each backend's default and
+    reduce-overhead mode (Inductor on CPU has no CUDA graphs: its mode changes nothing)."""
+    import ember.core
+
+    modes = ["default", "reduce-overhead"]
+    notes = []
+    for name, (fn, shape) in OVERHEAD_CASES.items():
+        x = torch.randn(shape)
+        runners = {"eager": fn}
+        for b in backends:
+            for mode in modes:
+                if b == "ember":
+                    runners[f"{b} {mode}"] = ember.core.compile(fn, mode=mode)
+                elif b != "eager":
+                    runners[f"{b} {mode}"] = torch.compile(fn, backend=b, mode=mode)
+        calls = {}
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # the call path, not OpenMP fork/join, is what is measured
+        try:
+            with torch.no_grad():
+                for label, f in runners.items():
+                    f(x)
+                    calls[label] = (lambda f=f, x=x: f(x))
+                times = compare_timings(calls, rounds=5 if quick else 9,
+                                        min_seconds=0.005 if quick else 0.05)
+        finally:
+            torch.set_num_threads(threads)
+            torch._dynamo.reset()
+        notes.append(f"per-call overhead, {name}: " + ", ".join(
+            f"{label} {t * 1e6:.1f} us" for label, t in times.items()))
+    return notes
+
+
 def _graph_count() -> int:
     from ember.core.compiler.backend import stats
 
@@ -286,6 +328,10 @@ def run(quick: bool = False, backends: str | None = None) -> BenchResult:
         per_graph = warm / graphs["ember"]
         notes.append(f"ember: {graphs['ember']} graphs, warm compile {per_graph:.2f} s "
                      f"per graph")
+    notes += _overhead(backends, quick)
+    notes.append("per-call overhead: one thread, medians of the same round-robin; ember "
+                 "reduce-overhead runs each run of kernels through one native entry; "
+                 "Inductor's reduce-overhead means CUDA graphs, which it skips for CPU tensors")
     notes.append(f"torch threads: {torch.get_num_threads()}; 1-min load average at start: "
                  f"{load:.1f} (other jobs share this machine: single timings move by several x, "
                  f"ratios of the same round-robin run are what to compare)")
