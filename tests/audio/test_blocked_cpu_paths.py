@@ -184,3 +184,14 @@ def test_resample_with_grad_disabled_uses_the_blocked_path():
         fast = R.resample(x, 44100, 16000)
     torch.testing.assert_close(fast, R.resample(x, 44100, 16000).detach(), atol=1e-6, rtol=0)
     assert not R._blocked_cpu_path(x.double(), kernel)  # kernel dtype differs: plain path
+
+
+def test_blocked_paths_take_strided_input(two_threads):
+    from ember.audio import functional as AF
+
+    mel = T.MelSpectrogram(n_fft=256, n_mels=40)
+    for x in (torch.randn(3000, 2).t(), torch.randn(2, 6000)[:, ::2]):
+        assert not x.is_contiguous()
+        torch.testing.assert_close(mel(x), mel(x.contiguous()), atol=0, rtol=0)
+        torch.testing.assert_close(AF.resample(x, 441, 160), AF.resample(x.contiguous(), 441, 160),
+                                   atol=0, rtol=0)
