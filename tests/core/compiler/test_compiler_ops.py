@@ -4,6 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ember.core import explain
+
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 TOL = {torch.float32: 1e-5, torch.float64: 1e-7, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 SPECIAL = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1e-3, -2.5, 7.0]
@@ -196,3 +198,25 @@ def test_view_of_an_extern_view_keeps_its_offset(ecompile, matches):
 
     x = torch.randn(2, 50)
     matches(ecompile(f, fullgraph=True)(x), f(x))
+
+
+def test_prod_matches_eager_including_negative_ints(ecompile, matches):
+    fn = lambda x, i: (x.prod(), x.prod(1), x.prod(0, keepdim=True), x.t().prod(1),
+                       i.prod(1), i.prod(), (i > 0).prod(0), i.to(torch.int8).prod(0))
+    x = torch.rand(5, 7) + 0.5
+    i = torch.randint(-3, 4, (5, 7), dtype=torch.int32)
+    matches(ecompile(fn)(x, i), fn(x, i))
+    assert not [op for op in explain(fn, x, i).fallback_ops if "prod" in str(op)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_rounding_division_of_16_bit_floats_is_exact(ecompile, dtype):
+    fn = lambda a, b: (torch.div(a, b, rounding_mode="trunc"),
+                       torch.div(a, b, rounding_mode="floor"))
+    f = ecompile(fn)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(5):  # eager rounds the quotient to 16 bits first: bit-exact, not close
+        a = (torch.randn(64, generator=gen) * 3).to(dtype)
+        b = (torch.randn(64, generator=gen) + 0.1).to(dtype)
+        for o, r in zip(f(a, b), fn(a, b)):
+            assert torch.equal(o, r)

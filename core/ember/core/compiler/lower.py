@@ -601,6 +601,13 @@ def _sum(ctx, x, dims=None, keepdim=False, *, dtype=None, output_dtype=None):
     return reduce(ctx, x, _dims_arg(dims), keepdim, "sum", out, acc)
 
 
+@register(aten.prod, prims.prod)
+def _prod(ctx, x, dims=None, keepdim=False, *, dtype=None, output_dtype=None):
+    out = ctx.dtype  # integers and bool multiply in int64, like eager
+    acc = torch.int64 if not out.is_floating_point and out != torch.bool else compute_dtype(out)
+    return reduce(ctx, x, _dims_arg(dims), keepdim, "prod", out, acc)
+
+
 @register(aten.mean)
 def _mean(ctx, x, dims=None, keepdim=False, *, dtype=None):
     n = len(x.size)
