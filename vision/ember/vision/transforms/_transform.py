@@ -13,7 +13,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ember.vision import tv_tensors
 from ember.vision.transforms.functional._utils import per_image_parallel
 
-_CHUNK_BYTES = 3 << 20  # a few images per chunk: cache-resident, little Python overhead
+_CHUNK_BYTES = 6 << 20  # a few images per chunk: cache-resident, little Python overhead
 
 
 def _is_plain(x: Any) -> bool:
