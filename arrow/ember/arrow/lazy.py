@@ -1,11 +1,12 @@
 """Lazy numeric column expressions: a tree of ops over columns, evaluated in one pass.
 
-Arithmetic, comparison and logical operators on numeric columns build an ``Expr`` instead
-of computing at once. Evaluation runs the tree over zero-copy views of the Arrow value
-buffers (validity bitmaps are combined separately: any null input gives a null output):
-eagerly with NumPy ufuncs that reuse intermediate buffers, each node in the dtype torch's
-promotion rules give it, or, after ``compile_expr``, as one function through
-``ember.core.compile`` (the same tree written with torch ops, fused into one kernel).
+Arithmetic, comparison and logical operators on numeric columns (and ``functional.where``)
+build an ``Expr`` instead of computing at once. Evaluation plans the tree as straight-line
+steps (a shared sub-expression once), each in the dtype torch's promotion gives it, and
+runs them over zero-copy views of the Arrow value buffers: eagerly with NumPy ufuncs that
+reuse temporaries, or, after ``compile_expr``, as one ``ember.core.compile``d function (one
+fused C++ kernel) called over row chunks. Validity bitmaps are ANDed separately: any null
+input gives a null output.
 """
 
 from __future__ import annotations
