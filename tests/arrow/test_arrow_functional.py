@@ -193,3 +193,8 @@ def test_where_errors_name_the_argument():
         F.where(a > 1, [1, 2], a)
     with pytest.raises(TypeError, match="no common dtype"):
         F.where(a > 1, ea.column(["x", "y"]), a)
+
+
+def test_if_else_is_torcharrows_name_for_where():
+    c = ea.column([True, False, True])
+    assert ea.if_else(c, ea.column([1, 2, 3]), -1).to_pylist() == [1, -1, 3]

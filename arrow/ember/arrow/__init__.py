@@ -9,6 +9,7 @@ from ember.arrow import datapipes, dtypes, functional
 from ember.arrow.column import Column, column
 from ember.arrow.dataframe import ColumnNotFoundError, DataFrame, GroupedDataFrame, dataframe
 from ember.arrow.expression import Expression, me
+from ember.arrow.functional import if_else
 from ember.arrow.interop import (
     from_arrow,
     from_pandas,
@@ -31,6 +32,6 @@ __all__ = [
     "Column", "ColumnNotFoundError", "DataFrame", "Expression", "GroupedDataFrame",
     "PackedList", "PackedMap", "PadSequence", "WithPresence", "column", "dataframe",
     "datapipes", "dtypes", "from_arrow", "from_pandas", "from_polars", "from_tensor",
-    "functional", "me", "set_compile_threshold", "to_arrow", "to_pandas", "to_pylist",
+    "functional", "if_else", "me", "set_compile_threshold", "to_arrow", "to_pandas", "to_pylist",
     "to_tensor",
 ]

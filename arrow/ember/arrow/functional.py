@@ -21,7 +21,7 @@ __all__ = [
     "bucketize", "sigrid_hash", "firstx", "has_id_overlap", "id_overlap_count",
     "get_max_count", "get_jaccard_similarity", "get_cosine_similarity", "get_score_sum",
     "get_score_min", "get_score_max", "compute_score", "Vocab", "lookup_indices",
-    "tokenize", "add_tokens", "scale_to_0_1", "where",
+    "tokenize", "add_tokens", "scale_to_0_1", "where", "if_else",
 ]
 
 
@@ -346,6 +346,11 @@ def where(condition: Column, input, other) -> Column:
             keep = pc.and_(keep, v)
         out = pc.if_else(keep, out, pa.scalar(None, out.type))
     return column(out)
+
+
+def if_else(cond: Column, left, right) -> Column:
+    """TorchArrow's name for ``where``: ``left`` where ``cond`` holds, else ``right``."""
+    return where(cond, left, right)
 
 
 # ---------------------------------------------------------------------- text
