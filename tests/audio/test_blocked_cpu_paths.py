@@ -21,7 +21,9 @@ def small_blocks(monkeypatch):
 
 
 @pytest.fixture
-def two_threads():
+def two_threads(monkeypatch):
+    """Two torch threads on an (apparently) idle machine: the worker threads do run."""
+    monkeypatch.setattr(_workers, "spare_cores", lambda: 2)
     prev = torch.get_num_threads()
     torch.set_num_threads(2)
     yield
@@ -139,6 +141,30 @@ def test_run_units_reraises_a_units_error(two_threads):
     with pytest.raises(KeyError, match="unit 3"):
         _workers.run_units(unit, 8)
     assert torch.get_num_threads() == 2
+
+
+def test_spare_cores_counts_other_runnable_threads(monkeypatch):
+    monkeypatch.setattr(_workers, "_CORES", 4)
+    for runnable, spare in ((1, 4), (2, 3), (4, 1), (40, 1)):
+        monkeypatch.setattr(_workers, "_spare", (-1.0, 0))  # no cached reading
+        monkeypatch.setattr(_workers, "_runnable", lambda r=runnable: r)
+        assert _workers.spare_cores() == spare
+    monkeypatch.undo()
+    assert 1 <= _workers.spare_cores() <= _workers._CORES
+
+
+def test_run_units_on_a_busy_machine_stays_on_the_caller(monkeypatch):
+    monkeypatch.setattr(_workers, "spare_cores", lambda: 1)
+    prev = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seen = []
+        _workers.run_units(lambda i: seen.append((threading.get_ident(),
+                                                  torch.get_num_threads())), 6)
+        assert seen == [(threading.get_ident(), 1)] * 6  # one intra-op thread there too
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(prev)
 
 
 def test_run_units_inline_with_one_thread():

@@ -4,19 +4,22 @@ Many mid-sized torch ops in one OpenMP team pay a barrier per op; on a small mac
 with other processes a descheduled team member stalls every barrier (2 threads ran the mel
 spectrogram 5x slower than 1). Threads that each run whole units single-threaded and pull
 the next unit from a shared counter meet only once, at the end, and a busy core just takes
-fewer units.
+fewer units. Extra threads are only started on cores that other runnable threads leave free:
+on an oversubscribed machine they would just queue behind the caller (measured slower than
+one thread).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-__all__ = ["run_units", "scratch"]
+__all__ = ["run_units", "scratch", "spare_cores"]
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -57,6 +60,29 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+_SPARE_TTL = 0.01  # seconds a reading of the run queue is reused
+_spare = (-1.0, 1)  # (time read, spare cores)
+
+
+def _runnable() -> int:
+    """Threads runnable right now, the caller included (1 where Linux's count is missing)."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            return int(f.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return 1
+
+
+def spare_cores() -> int:
+    """Cores not taken by other runnable threads, at least 1 (read at most every 10 ms)."""
+    global _spare
+    now = time.monotonic()
+    if now - _spare[0] >= _SPARE_TTL:
+        _spare = (now, max(1, (_CORES or 1) - max(0, _runnable() - 1)))
+    return _spare[1]
+
+
 class _Job:
     """Units 0..n-1 handed out in order; ``pending`` counts those not finished yet."""
 
@@ -92,29 +118,35 @@ class _Job:
 
 
 def run_units(fn: Callable[[int], None], n: int) -> None:
-    """Call ``fn(i)`` for every ``i < n`` on ``torch.get_num_threads()`` threads, the
-    caller's included, each with one intra-op thread; inline when that is 1 or nested.
+    """Call ``fn(i)`` for every ``i < n`` on up to ``torch.get_num_threads()`` threads (no
+    more than :func:`spare_cores`), the caller's included, each with one intra-op thread
+    (the caller's setting is restored); only on the caller when nested.
 
     The caller works too and waits only for units another thread has started, so a worker
-    that is slow to be scheduled on a busy machine costs nothing.
+    that is slow to be scheduled costs little.
     """
     threads = torch.get_num_threads()
-    size = min(threads, n)
-    if size <= 1 or getattr(_local, "worker", False):
+    if getattr(_local, "worker", False):  # nested, or a worker: already single-threaded
         for i in range(n):
             fn(i)
         return
+    size = min(threads, n)
+    if size > 1:
+        size = min(size, spare_cores())
     job = _Job(fn, n)
-    pool = _workers(threads - 1)
-    for _ in range(size - 1):
-        pool.submit(job.work)
-    torch.set_num_threads(1)
+    if size > 1:
+        pool = _workers(threads - 1)
+        for _ in range(size - 1):
+            pool.submit(job.work)
+    if threads > 1:
+        torch.set_num_threads(1)  # units are sized for one thread, here too
     _local.worker = True
     try:
         job.work()
     finally:
         _local.worker = False
-        torch.set_num_threads(threads)
+        if threads > 1:
+            torch.set_num_threads(threads)
     job.wait()
 
 
