@@ -127,3 +127,27 @@ def test_runs_split_at_externs():
     e = Extern(None, (), {}, [], "single")
     assert [[x.name for x in r] for r in kernels.runs([k[0], k[1], e, k[2], e, e, k[3]])] == \
         [["kernel0", "kernel1"], ["kernel2"], ["kernel3"]]
+
+
+_SECOND_PROCESS = """
+import torch, ember.core
+from ember.core.compiler import autotune
+f = ember.core.compile(lambda x: torch.softmax(x, -1) * 2, mode="max-autotune",
+                       options={"strict": True})
+x = torch.arange(96.0).reshape(8, 12) / 7
+torch.testing.assert_close(f(x), torch.softmax(x, -1) * 2)
+print(autotune.stats["searches"], autotune.stats["cache_hits"])
+"""
+
+
+@pytest.mark.slow
+def test_a_second_process_reads_the_tuned_winner_from_disk(fresh_cache):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "EMBER_CACHE_DIR": str(fresh_cache)}
+    runs = [subprocess.run([sys.executable, "-c", _SECOND_PROCESS], env=env, text=True,
+                           capture_output=True, check=True).stdout.split() for _ in range(2)]
+    assert int(runs[0][0]) >= 1  # the first process tunes
+    assert runs[1] == ["0", runs[0][0]]  # the second only reads the cache
