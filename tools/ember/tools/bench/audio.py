@@ -20,6 +20,7 @@ import torch
 
 from ember.audio import load
 from ember.audio import transforms as T
+from ember.audio._workers import spare_cores
 from ember.tools.bench.harness import BenchResult, compare_timings
 
 
@@ -148,11 +149,11 @@ def run(quick: bool = False) -> BenchResult:
         result.rows += rows
         result.notes.append(note)
     result.notes.append(f"torch threads: {torch.get_num_threads()}; ember's CPU MelSpectrogram "
-                        f"and Resample split the batch into cache-sized units run by that many "
-                        f"threads with one intra-op thread each (no OpenMP team per op); "
-                        f"librosa/soxr single-threaded; 1-min load average at start: "
-                        f"{load_avg:.1f}. On a machine busier than its core count, the threads "
-                        f"wait for cores and the 1-thread rows are the per-core comparison")
+                        f"and Resample split the batch into cache-sized units run by up to that "
+                        f"many threads with one intra-op thread each (no OpenMP team per op), "
+                        f"extra threads only on cores no other runnable thread wants (spare at "
+                        f"start: {spare_cores()}); librosa/soxr single-threaded; 1-min load "
+                        f"average at start: {load_avg:.1f}")
     result.notes.append("MelSpectrogram peer settings: htk=True, norm=None, pad_mode='reflect' "
                         "(ember's defaults; librosa's own default pad_mode is 'constant')")
     return result
