@@ -266,7 +266,8 @@ def _numpy_step(op: str, args: list, dtype: np.dtype, out: np.ndarray | None):
         res = x.astype(dtype) if x.dtype != dtype else x
         if lo is None and hi is None:
             return res
-        return np.clip(res, lo, hi, out=out if out is not None and out is res else None)
+        in_place = res is not x or (out is not None and out is x)  # a buffer we may write
+        return np.clip(res, lo, hi, out=res if in_place else None)
     if op == "where":
         res = np.where(*args)
         return res.astype(dtype) if res.dtype != dtype else res
