@@ -2,8 +2,10 @@
 
 Two workloads, one epoch per timed call: (a) small tensors - fetch a [3, 8, 8] tensor per sample,
 batches of 64 collated; (b) JPEG decode + transform - decode 96x128 JPEGs, convert to float,
-normalise, crop and flip, batches of 32. Every loader calls the same sample and collate
-functions, so the difference is the loader: scheduling, IPC and per-sample overhead.
+normalise, crop and flip, batches of 32. In (a) every loader calls the same sample and
+collate functions, so the difference is the loader. In (b) torch's loaders run the per-sample
+Dataset and DataLoader2 runs ember's batched flow to the same float batches; a column also
+runs DataLoader2 on the per-sample Dataset (the loaders alone).
 """
 
 from __future__ import annotations
