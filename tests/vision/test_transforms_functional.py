@@ -472,3 +472,19 @@ def test_per_sample_resized_crop_is_one_op_with_cpu_and_portable_kernels():
         t, left, h, w = (int(p[i]) for p in params)
         one = F.resized_crop(x[i], t, left, h, w, [16, 18])
         assert torch.equal(cpu[i], one)
+
+
+def test_hue_shift_traced_form_equals_the_eager_kernel():
+    """Under tracing adjust_hue uses a pure-expression form the compiler can fuse; it must
+    compute what the eager in-place kernel computes (ties and grey pixels included)."""
+    from ember.vision.transforms.functional._color import _shift_hue, _shift_hue_traced
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(4, 3, 9, 11, generator=g)
+    x[0, :, :2] = 0.5  # grey: delta = 0
+    x[1, 1] = x[1, 0]  # red/green ties
+    x[2, 2] = x[2, 1]
+    factor = torch.tensor([0.3, -0.45, 0.1, 0.0])
+    torch.testing.assert_close(_shift_hue_traced(x, factor), _shift_hue(x, factor),
+                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(_shift_hue_traced(x, 0.2), _shift_hue(x, 0.2), atol=1e-5, rtol=0)

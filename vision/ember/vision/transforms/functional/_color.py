@@ -250,12 +250,11 @@ def _shift_hue_traced(img: torch.Tensor, factor) -> torch.Tensor:
         h6 = h6 + 6.0 * factor.view(factor.shape[:1] + (1,) * (h6.ndim - 1))
     else:
         h6 = h6 + 6.0 * factor
-    planes = []
-    for n in (5.0, 3.0, 1.0):
-        k = h6 + n
-        k = k - 6.0 * torch.floor(k * (1.0 / 6.0))
-        planes.append(minc + delta * ((k - 2.0).abs() - 1.0).clamp(0.0, 1.0))
-    return torch.stack(planes, -3)
+    # all three channels as one broadcast expression (no stack, so later ops fuse with it)
+    n = torch.tensor([5.0, 3.0, 1.0], dtype=img.dtype, device=img.device).view(3, 1, 1)
+    k = h6.unsqueeze(-3) + n
+    k = k - 6.0 * torch.floor(k * (1.0 / 6.0))
+    return minc.unsqueeze(-3) + delta.unsqueeze(-3) * ((k - 2.0).abs() - 1.0).clamp(0.0, 1.0)
 
 
 def jitter_(img: torch.Tensor, order, factors) -> torch.Tensor:
