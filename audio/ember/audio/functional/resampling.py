@@ -26,7 +26,9 @@ _KAISER_BETA = 14.769656459379492  # torchaudio's default: ~ -120 dB stopband
 _log = get_logger("audio")
 # input samples per unit of work on the blocked CPU path: large spans amortise the per-call
 # cost of the phase-group GEMMs; smaller ones only to give every thread a few units
-SPAN_SAMPLES = (1 << 15, 1 << 18)
+SPAN_SAMPLES = (1 << 15, 1 << 19)
+# a phase group's GEMM call costs as much as this many multiply-adds per block (measured)
+GROUP_PRICE = 1500
 
 
 def _check_rates(orig_freq, new_freq) -> tuple[int, int]:
@@ -84,7 +86,8 @@ def sinc_resample_kernel(orig_freq: int, new_freq: int, lowpass_filter_width: in
 
 @functools.lru_cache(maxsize=64)
 def polyphase_plan(orig_freq: int, new_freq: int, lowpass_filter_width: int = 6,
-                   rolloff: float = 0.99) -> tuple[tuple[int, int, int, int], ...]:
+                   rolloff: float = 0.99, group_price: int = GROUP_PRICE
+                   ) -> tuple[tuple[int, int, int, int], ...]:
     """Groups of consecutive phases and the taps they use: (first phase, end phase, first tap,
     tap count). Plain integer math, so tracing sees constants.
 
@@ -110,7 +113,7 @@ def polyphase_plan(orig_freq: int, new_freq: int, lowpass_filter_width: int = 6,
             hi = max(last for _, last in support[p0:p1])
             groups.append((p0, p1, lo, hi - lo + 1))
         # multiply-adds per block plus a price per group: narrow GEMMs run far below peak
-        cost = sum((p1 - p0) * taps for p0, p1, _, taps in groups) + 1500 * len(groups)
+        cost = sum((p1 - p0) * taps for p0, p1, _, taps in groups) + group_price * len(groups)
         if best is None or cost < best[0]:
             best = (cost, tuple(groups))
         if size >= new:
