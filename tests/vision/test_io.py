@@ -437,3 +437,26 @@ def test_plane_packing_falls_back_to_public_tobytes(monkeypatch):
     monkeypatch.setattr(Image, "_getencoder", lambda *a: Unfinished(real(*a)))
     assert torch.equal(vio.decode_png(SOURCES["png_RGBA"]), expected)
     assert len(calls) == 4  # one try per band
+
+
+def _decode_in_child(data, queue):
+    queue.put(len(vio.decode_jpeg([data, data, data])))
+
+
+def test_batched_decode_works_in_a_forked_child_after_the_parent_used_the_pool():
+    """A fork inherits the thread pool object but not its threads; the child must not hang."""
+    import multiprocessing as mp
+
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(buf, "JPEG")
+    data = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+    assert len(vio.decode_jpeg([data, data, data])) == 3  # the parent's pool is running
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_decode_in_child, args=(data, queue))
+    child.start()
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("decode_jpeg hung in a forked child")
+    assert child.exitcode == 0 and queue.get(timeout=5) == 3

@@ -234,6 +234,15 @@ def _threads() -> ThreadPoolExecutor:
     return _pool
 
 
+def _forget_pool() -> None:
+    """A forked child inherits the pool object but not its threads: start a new one there."""
+    global _pool
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _map_batch(fn: Callable, items: Sequence, op: str) -> list:
     """``fn`` over ``items`` on the thread pool; an error names the index of the bad item."""
     if len(items) <= 1:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -93,6 +94,15 @@ _pool_lock = threading.Lock()
 
 
 _state = threading.local()
+
+
+def _forget_pool() -> None:
+    """A forked child (a DataLoader worker) inherits the pool but not its threads."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _single_thread_run(fn: Callable[[int], None], indices) -> None:
