@@ -14,8 +14,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ember.arrow import dtypes as dt
+from ember.arrow import lazy
 from ember.arrow.accessors import list_parts, rebuild_list
-from ember.arrow.column import Column, column
+from ember.arrow.column import Column, _operand, column
 
 __all__ = [
     "bucketize", "sigrid_hash", "firstx", "has_id_overlap", "id_overlap_count",
@@ -301,8 +302,6 @@ def scale_to_0_1(col: Column) -> Column:
     lo, hi = col.min(), col.max()
     if lo is not None and lo < hi:
         return (col - lo) / (hi - lo)
-    from ember.arrow import lazy
-
     return Column._lazy(lazy.Expr("sigmoid", (col.cast(dt.Float32(col.dtype.nullable)),)),
                         len(col))
 
@@ -322,8 +321,6 @@ def where(condition: Column, input, other) -> Column:
         elif v is None or isinstance(v, (list, tuple, dict, np.ndarray, pa.Array)):
             raise TypeError(f"where(): {name} must be a Column or a scalar, got "
                             f"{type(v).__name__}")
-    from ember.arrow import lazy
-    from ember.arrow.column import _operand
 
     def numeric(v):
         if isinstance(v, Column):
