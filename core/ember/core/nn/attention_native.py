@@ -28,6 +28,9 @@ _log = get_logger("attention")
 BLOCK_Q = 512
 BLOCK_K = 256
 MIN_UNITS_PER_THREAD = 4
+# Smaller problems (heads * L * S score elements) run on one thread: a parallel region's
+# barrier costs more than the work when cores are shared.
+THREADED_MIN_ELEMENTS = 1 << 18
 
 _SOURCE = r"""
 #include <cmath>
@@ -45,13 +48,29 @@ typedef void (*dgemm_t)(const char*, const char*, const int*, const int*, const 
                         const double*, const double*, const int*, const double*, const int*,
                         const double*, double*, const int*);
 
+typedef int (*set_threads_t)(const int*);
+
 static sgemm_t g_sgemm = nullptr;
 static dgemm_t g_dgemm = nullptr;
+static set_threads_t g_blas_local_threads = nullptr;  // MKL's mkl_set_num_threads_local
 
-extern "C" void ember_attn_set_blas(void* s, void* d) {
+extern "C" void ember_attn_set_blas(void* s, void* d, void* local_threads) {
   g_sgemm = (sgemm_t)s;
   g_dgemm = (dgemm_t)d;
+  g_blas_local_threads = (set_threads_t)local_threads;
 }
+
+// MKL's MKL_SET_NUM_THREADS_LOCAL(const int*) (Fortran binding), checked by _library().
+// Each of our threads calls BLAS single-threaded (MKL would otherwise start its own team per
+// call when our region has one thread); the thread's previous setting comes back after.
+struct SequentialBlas {
+  int previous = 0;
+  SequentialBlas() {
+    const int one = 1;
+    if (g_blas_local_threads) previous = g_blas_local_threads(&one);
+  }
+  ~SequentialBlas() { if (g_blas_local_threads) g_blas_local_threads(&previous); }
+};
 
 // Row-major C[m x n] (ldc) = alpha * op(A) op(B) + beta * C, through column-major BLAS:
 // C^T = op(B)^T op(A)^T. ta/tb: A/B are stored transposed (A is k x m, B is n x k).
@@ -141,6 +160,7 @@ static void forward(const Problem<T>& P, T* out, T* lse, int nthreads) {
   const T ninf = -std::numeric_limits<T>::infinity();
 #pragma omp parallel num_threads(nthreads)
   {
+    SequentialBlas sequential;
     std::vector<T> s(P.bq * P.bk), acc(P.bq * P.Ev), mx(P.bq), sum(P.bq);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
@@ -210,6 +230,7 @@ static void backward(const Problem<T>& P, const T* go, const T* lse, const T* de
   const T ninf = -std::numeric_limits<T>::infinity();
 #pragma omp parallel num_threads(nthreads)
   {
+    SequentialBlas sequential;
     std::vector<T> p(P.bq * P.bk), dp(P.bq * P.bk);
     T* my_dk = dk + (int64_t)omp_get_thread_num() * kv_heads * P.S * P.E;
     T* my_dv = dv + (int64_t)omp_get_thread_num() * kv_heads * P.S * P.Ev;
@@ -315,6 +336,22 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _mkl_local_threads(torch_lib: ctypes.CDLL):
+    """MKL's per-thread thread-count setter (Fortran binding: int by reference), if it works.
+
+    Without it, MKL called from our one-thread region starts a team of its own per call.
+    """
+    try:
+        setter, get_max = torch_lib.MKL_SET_NUM_THREADS_LOCAL, torch_lib.mkl_get_max_threads
+    except AttributeError:
+        return None
+    setter.restype = get_max.restype = ctypes.c_int
+    previous = setter(ctypes.byref(ctypes.c_int(1)))
+    works = get_max() == 1
+    setter(ctypes.byref(ctypes.c_int(previous)))
+    return setter if works else None
+
+
 @functools.lru_cache(maxsize=1)
 def _library() -> ctypes.CDLL | None:
     """The built kernel with torch's BLAS wired in, or None (logged) when unavailable."""
@@ -332,8 +369,10 @@ def _library() -> ctypes.CDLL | None:
     except Exception as e:  # no compiler, build failure: the torch-op tiles still work
         _log.warning("native CPU attention off (build failed: %s)", e)
         return None
+    local_threads = _mkl_local_threads(torch_lib)
     lib.ember_attn_set_blas(ctypes.cast(sgemm, ctypes.c_void_p),
-                            ctypes.cast(dgemm, ctypes.c_void_p))
+                            ctypes.cast(dgemm, ctypes.c_void_p),
+                            ctypes.cast(local_threads, ctypes.c_void_p) if local_threads else None)
     return lib
 
 
@@ -351,7 +390,14 @@ def _int64s(values) -> ctypes.Array:
     return (ctypes.c_int64 * len(values))(*values)
 
 
-def _prepare(q, k, v, attn_mask, scale):
+def _threads(q: torch.Tensor, k: torch.Tensor) -> int:
+    n, h, length_q, _ = q.shape
+    if n * h * length_q * k.shape[2] < THREADED_MIN_ELEMENTS:
+        return 1
+    return torch.get_num_threads()
+
+
+def _prepare(q, k, v, attn_mask, scale, threads):
     """Contiguous compute-dtype ``[heads, T, D]`` q (scaled), k, v; mask pointer and strides."""
     n, h, length_q, e = q.shape
     hkv, length_k = k.shape[1], k.shape[2]
@@ -369,7 +415,7 @@ def _prepare(q, k, v, attn_mask, scale):
         mask = mask.expand(n, h, length_q, length_k)
         strides = mask.stride()
     block_q = max(1, min(BLOCK_Q, length_q))
-    want = MIN_UNITS_PER_THREAD * torch.get_num_threads()
+    want = MIN_UNITS_PER_THREAD * threads
     while block_q > 32 and n * h * -(-length_q // block_q) < want:
         block_q //= 2
     dims = (n * h, h, h // hkv, length_q, length_k, e, v.shape[-1], block_q,
@@ -380,13 +426,14 @@ def _prepare(q, k, v, attn_mask, scale):
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
             is_causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Output ``[N, H, L, Ev]`` in q's dtype and log-sum-exp ``[N, H, L]`` (float32/64)."""
-    qs, ks, vs, mask, kind, strides, dims, dtype = _prepare(q, k, v, attn_mask, scale)
+    threads = _threads(q, k)
+    qs, ks, vs, mask, kind, strides, dims, dtype = _prepare(q, k, v, attn_mask, scale, threads)
     n, h, length_q, _ = q.shape
     out = torch.empty(n, h, length_q, v.shape[-1], dtype=dtype)
     lse = torch.empty(n, h, length_q, dtype=dtype)
     _library().ember_attn_forward(
         dtype == torch.float64, _ptr(qs), _ptr(ks), _ptr(vs), _int64s(dims), _ptr(mask), kind,
-        _int64s(strides), int(is_causal), _ptr(out), _ptr(lse), torch.get_num_threads())
+        _int64s(strides), int(is_causal), _ptr(out), _ptr(lse), threads)
     return out.to(q.dtype), lse
 
 
@@ -394,8 +441,8 @@ def backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
              out: torch.Tensor, lse: torch.Tensor, attn_mask: torch.Tensor | None,
              is_causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients for q, k, v (contiguous, in the inputs' dtypes)."""
-    qs, ks, vs, mask, kind, strides, dims, dtype = _prepare(q, k, v, attn_mask, scale)
-    threads = torch.get_num_threads()
+    threads = _threads(q, k)
+    qs, ks, vs, mask, kind, strides, dims, dtype = _prepare(q, k, v, attn_mask, scale, threads)
     go = grad_out.detach().to(dtype).contiguous()
     delta = (go * out.detach().to(dtype)).sum(-1).contiguous()
     lse = lse.detach().to(dtype).contiguous()
