@@ -122,6 +122,7 @@ class _Body:
         self.bufs = kernel_bufs
         self.names: dict[str, str] = {}  # variable -> how to reference it (accumulator slots)
         self.local: dict[str, list] = {}  # row-local scratch buffers -> outer loop variables
+        self.alias: dict[str, object] = {}  # scratch buffer -> output buffer holding it
 
     def line(self, s: str) -> None:
         self.lines.append("  " * self.depth + s)
@@ -143,7 +144,9 @@ class _Body:
         return index
 
     def store(self, buf, index, value: str, stored) -> None:
-        if buf.name in stored or buf.name in self.local:
+        if buf.name in self.alias:
+            self.line(_store(self.alias[buf.name], index, value))
+        elif buf.name in stored or buf.name in self.local:
             self.line(_store(buf, self.index(buf.name, index), value))
 
     def expr(self, e) -> str:
@@ -155,8 +158,9 @@ class _Body:
         if kind == "var":
             return self.names.get(e[2], e[2])
         if kind == "load":
-            store = self.bufs[e[2]].dtype
-            ref = f"{e[2]}[{index_str(self.index(e[2], e[3]))}]"
+            name = self.alias[e[2]].name if e[2] in self.alias else e[2]
+            store = self.bufs[name].dtype
+            ref = f"{name}[{index_str(self.index(name, e[3]))}]"
             if store == torch.bfloat16:
                 s = f"e_bf16_to_f({ref})"
             elif store == torch.float16:
@@ -222,6 +226,40 @@ def _row_locals(k: Kernel) -> dict:
 TUNE_PARAMS = ("e_nt", "e_cpt")  # tunable kernels' trailing arguments: threads, chunks/thread
 
 
+def _output_scratch(k: Kernel, local: dict) -> dict:
+    """Row-local scratch buffers that can live in an output's row instead of on the stack.
+
+    A scratch value stored at the very index where the kernel's last stage stores an output
+    of the same dtype, and read only by that store (softmax's exp before scaling): writing it
+    into the output row makes the write-allocate traffic overlap the math of the earlier
+    pass, and the last pass runs in L1 (what eager's softmax does).
+    """
+    if not local or k.stages[-1].kind != "loop":
+        return {}
+    last = k.stages[-1]
+    out = {}
+    for name in local:
+        stores = [(i, it) for i, st in enumerate(k.stages) for it in st.items
+                  if it.kind == "store" and it.node.buf.name == name]
+        readers = [(i, j) for i, st in enumerate(k.stages) for j, it in enumerate(st.items)
+                   if any(x[0] == "load" and x[2] == name for x in ir.walk(it.expr))]
+        if len(stores) != 1 or not readers:
+            continue
+        (si, sit), = stores
+        final = last.items[-1]
+        target = final.node.buf
+        if final.kind != "store" or target.name not in k.must_store or \
+                target.dtype != sit.node.buf.dtype or target in out.values() or \
+                si >= len(k.stages) - 1 or readers != [(len(k.stages) - 1, len(last.items) - 1)]:
+            continue
+        loads = {x[3] for x in ir.walk(final.expr) if x[0] == "load" and x[2] == name}
+        read_o = any(x[0] == "load" and x[2] == target.name
+                     for st in k.stages for it in st.items for x in ir.walk(it.expr))
+        if loads == {sit.index} and ir.same(sit.index, final.index) and not read_o:
+            out[name] = target
+    return out
+
+
 def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str, list]:
     """C++ source of one kernel and its argument list: ("buf", name) / ("sym", symbol).
 
@@ -230,6 +268,9 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
     """
     local = _row_locals(k)
     k.stored -= set(local)
+    alias = _output_scratch(k, local)
+    for name in alias:
+        del local[name]
     xs = ir.index_vars("x", len(k.outer))
     loop_syms = set(xs)
     read, free = set(), set()
@@ -250,7 +291,7 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
         free |= sympy.sympify(s).free_symbols
     free -= loop_syms
     stored = [b.name for b in k.outputs]
-    read -= set(local)
+    read -= set(local) | set(alias)
     bufs = sorted(read - set(stored)) + stored
     syms = sorted(free, key=lambda s: s.name)
     params = [f"const {CTYPES[buffers[b].dtype]}* __restrict__ {b}" for b in sorted(
@@ -261,6 +302,7 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
         params += [f"int64_t {p}" for p in TUNE_PARAMS]
     body = _Body(buffers)
     body.local = {name: xs for name in local}
+    body.alias = alias
 
     outer_n = ir.numel(k.outer)
     inner_n = sum((ir.numel(st.rsizes) for st in k.stages), sympy.Integer(0))
