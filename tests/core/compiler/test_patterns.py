@@ -181,3 +181,39 @@ def test_rewrite_is_logged(caplog):
     with caplog.at_level("INFO", logger=patterns.log.name):
         compiled(q, k, v)
     assert any("ember sdpa" in r.getMessage() for r in caplog.records)
+
+
+class _HandWrittenAttention(torch.nn.Module):
+    """The textbook block: projections, split heads, softmax(q k^T / sqrt(d)) v, merge heads."""
+
+    def __init__(self, dim=16, heads=2, dropout=0.1):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.out = torch.nn.Linear(dim, dim)
+        self.drop = torch.nn.Dropout(dropout)
+
+    def forward(self, x, pad):
+        b, length, dim = x.shape
+        q, k, v = (t.view(b, length, self.heads, -1).transpose(1, 2)
+                   for t in self.qkv(x).chunk(3, dim=-1))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(dim // self.heads)
+        scores = scores.masked_fill(pad[:, None, None, :], float("-inf"))
+        attn = self.drop(scores.softmax(dim=-1))
+        return self.out((attn @ v).transpose(1, 2).reshape(b, length, dim))
+
+
+def test_hand_written_block_compiles_to_one_sdpa(ecompile):
+    torch.manual_seed(0)
+    block = _HandWrittenAttention().double().eval()
+    x = torch.randn(2, 6, 16, dtype=torch.float64, requires_grad=True)
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[1, 4:] = True
+    before = patterns.stats["attention"]
+    out = ecompile(block)(x, pad)
+    assert patterns.stats["attention"] == before + 1
+    (ours,) = torch.autograd.grad(out.sum(), x)
+    ref = block(x, pad)
+    (theirs,) = torch.autograd.grad(ref.sum(), x)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(ours, theirs)
