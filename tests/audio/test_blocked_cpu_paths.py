@@ -221,3 +221,20 @@ def test_blocked_paths_take_strided_input(two_threads):
         torch.testing.assert_close(mel(x), mel(x.contiguous()), atol=0, rtol=0)
         torch.testing.assert_close(AF.resample(x, 441, 160), AF.resample(x.contiguous(), 441, 160),
                                    atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("orig,new", [(441, 160), (160, 441), (160, 147), (2, 1), (11, 8)])
+def test_uniform_bank_holds_every_nonzero_tap_of_the_kernel(orig, new):
+    kernel, _ = R.sinc_resample_kernel(orig, new, dtype=torch.float64)
+    ub = R._uniform_bank(kernel, orig, new)
+    assert ub.groups * ub.size >= new > (ub.groups - 1) * ub.size
+    assert ub.groups * ub.size * ub.taps <= new * kernel.shape[-1]  # never above the dense cost
+    dense = torch.zeros_like(kernel[:, 0])
+    for p in range(new):
+        g, j = divmod(p, ub.size)
+        start = ub.first + g * ub.step
+        for t in range(ub.taps):
+            if 0 <= start + t < dense.shape[1]:
+                dense[p, start + t] = ub.bank[g, t, j]
+    torch.testing.assert_close(dense, kernel[:, 0], atol=0, rtol=0)
+    assert R._uniform_bank(kernel.clone(), orig, new) is ub  # cached by value

@@ -3,15 +3,17 @@
 The polyphase kernel for a rate pair is built once (float64, then cast) and cached per
 (rates, filter settings, dtype, device). Applying it equals torchaudio's strided ``conv1d``
 but runs as a few GEMMs over strided windows that skip the kernel's zero taps. CPU inference
-runs those GEMMs per cache-sized span of each row, spans spread over single-threaded
-threads (``ember.audio._workers``); autograd, tracing and other devices take the one-shot
-composition.
+cuts each row into cache-sized spans, spread over single-threaded threads
+(``ember.audio._workers``), and computes a span as one ``bmm`` over equal phase groups
+whose windows start a fixed step apart; autograd, tracing and other devices take the
+one-shot composition.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -138,7 +140,7 @@ def apply_sinc_resample_kernel(waveform: Tensor, orig_freq: int, new_freq: int, 
     shape = waveform.shape
     x = waveform.reshape(-1, shape[-1])
     if _blocked_cpu_path(x, kernel):
-        out = _blocked_resample(x, orig, new, kernel, width, plan)
+        out = _blocked_resample(x, orig, new, kernel, width)
         return out.reshape(shape[:-1] + out.shape[-1:])
     batch, length = x.shape
     # Each row is zero-padded to a whole number of blocks, at least as long as conv1d's
@@ -188,42 +190,96 @@ def _span(row: Tensor, lo: int, hi: int) -> Tensor:
     return buf
 
 
-def _blocked_resample(x: Tensor, orig: int, new: int, kernel: Tensor, width: int,
-                      plan: tuple[tuple[int, int, int, int], ...]) -> Tensor:
+@dataclass(frozen=True)
+class _UniformBank:
+    """Equal groups of ``size`` phases whose windows start ``step`` samples apart, the first
+    at ``first`` (relative to a block's dense window): every group of a span is one ``bmm``
+    over a strided (groups, blocks, taps) view of the input."""
+
+    size: int
+    groups: int
+    step: int
+    first: int
+    taps: int
+    bank: Tensor  # (groups, taps, size), zero outside each phase's support
+
+
+_uniform_banks: dict[tuple, list[tuple[Tensor, _UniformBank]]] = {}
+
+
+def _uniform_bank(kernel: Tensor, orig: int, new: int) -> _UniformBank:
+    """The cheapest equal grouping (multiply-adds per block) of a polyphase kernel, cached."""
+    key = (orig, new, tuple(kernel.shape), kernel.dtype)
+    for known, bank in _uniform_banks.get(key, ()):
+        if torch.equal(known, kernel):
+            return bank
+    dense = kernel[:, 0]
+    n_taps = dense.shape[1]
+    nonzero = dense != 0
+    lo = nonzero.float().argmax(1).tolist()
+    hi = (n_taps - 1 - nonzero.flip(1).float().argmax(1)).tolist()
+    best = None
+    # 16 phases and up: narrower GEMMs run far below peak (AVX-512 holds 16 floats)
+    for size in sorted({s for s in (16, 32, 64, 128) if s < new} | {new}):
+        groups, step = -(-new // size), orig * size // new
+        first = min(min(lo[g * size:(g + 1) * size]) - g * step for g in range(groups))
+        taps = max(max(hi[g * size:(g + 1) * size]) - first - g * step + 1
+                   for g in range(groups))
+        if best is None or groups * size * taps < best[0]:
+            best = (groups * size * taps, size, groups, step, first, taps)
+    _, size, groups, step, first, taps = best
+    g = torch.arange(groups)
+    idx = first + g[:, None] * step + torch.arange(taps)  # (groups, taps) into the dense taps
+    phase = g[:, None] * size + torch.arange(size)  # (groups, size)
+    values = dense[phase.clamp(max=new - 1)[:, None, :], idx.clamp(0, n_taps - 1)[:, :, None]]
+    valid = ((idx >= 0) & (idx < n_taps))[:, :, None] & (phase < new)[:, None, :]
+    bank = _UniformBank(size, groups, step, first, taps, torch.where(valid, values, 0.0))
+    if sum(map(len, _uniform_banks.values())) >= 64:  # bounded, like the kernel cache
+        _uniform_banks.clear()
+    _uniform_banks.setdefault(key, []).append((kernel.clone(), bank))
+    return bank
+
+
+def _blocked_resample(x: Tensor, orig: int, new: int, kernel: Tensor, width: int) -> Tensor:
     """``apply_sinc_resample_kernel`` for ``[rows, time]`` CPU input, one span of blocks of
-    ``orig`` input samples per unit: each block's window times the phase bank gives its
-    ``new`` outputs, group by group, written in place (a last partial block via a buffer)."""
+    ``orig`` input samples per unit: one ``bmm`` of the span's windows by the phase groups
+    (:func:`_uniform_bank`), copied into the output."""
     rows, length = x.shape
     target = -(-new * length // orig)
     n_blocks = -(-target // new)
-    full = target // new
-    n_taps = kernel.shape[-1]
+    ub = _uniform_bank(kernel, orig, new)
+    reach = (ub.groups - 1) * ub.step + ub.taps  # samples a block's groups read
     lo, hi = (max(1, span // orig) for span in SPAN_SAMPLES)
     per_unit = min(hi, max(lo, -(-rows * n_blocks // (4 * torch.get_num_threads()))))
     units_per_row = -(-n_blocks // per_unit)
-    banks = [(p0, p1, start, taps, kernel[p0:p1, 0, start:start + taps].t())
-             for p0, p1, start, taps in plan]
     out = x.new_empty(rows, target)
+    whole_groups = new // ub.size
 
     # blocks [inner_lo, inner_hi) read only samples inside the row: their windows are views
-    inner_lo = -(-width // orig)
-    inner_hi = max(inner_lo, (length - n_taps + width) // orig + 1)
+    inner_lo = max(0, -(-(width - ub.first) // orig))
+    inner_hi = max(inner_lo, (length + width - ub.first - reach) // orig + 1)
 
     def blocks(r: int, k0: int, k1: int) -> None:
         if k1 <= k0:
             return
-        kf = min(k1, full)  # blocks [k0, kf) are whole and go straight to the output
-        seg = _span(x[r], k0 * orig - width, (k1 - 1) * orig + n_taps - width)
-        whole = out[r, k0 * new:kf * new].view(kf - k0, new) if kf > k0 else None
-        tail = scratch("resample-tail", (1, new), x.dtype) if k1 > kf else None
-        for p0, p1, start, taps, bank in banks:
-            frames = seg[start:].unfold(0, taps, orig)  # (blocks, taps), a view
-            if whole is not None:
-                torch.mm(frames[:kf - k0], bank, out=whole[:, p0:p1])
-            if tail is not None:
-                torch.mm(frames[kf - k0:kf - k0 + 1], bank, out=tail[:, p0:p1])
-        if tail is not None:
-            out[r, kf * new:].copy_(tail[0, :target - kf * new])
+        m = k1 - k0
+        start = k0 * orig - width + ub.first
+        seg = _span(x[r], start, start + (m - 1) * orig + reach)
+        st = seg.stride(0)
+        windows = seg.as_strided((ub.groups, m, ub.taps), (ub.step * st, orig * st, st))
+        res = scratch("resample-groups", (ub.groups, m, ub.size), x.dtype)
+        torch.bmm(windows, ub.bank, out=res)
+        res = res.permute(1, 0, 2)  # (blocks, groups, size)
+        kf = min(k1, target // new)  # blocks [k0, kf) are whole
+        if kf > k0:
+            dest = out[r, k0 * new:kf * new].view(kf - k0, new)
+            cut = whole_groups * ub.size
+            dest[:, :cut].unflatten(1, (whole_groups, ub.size)).copy_(
+                res[:kf - k0, :whole_groups])
+            if cut < new:
+                dest[:, cut:].copy_(res[:kf - k0, whole_groups, :new - cut])
+        if k1 > kf:  # the row's last, partial block
+            out[r, kf * new:].copy_(res[kf - k0].reshape(-1)[:target - kf * new])
 
     def unit(i: int) -> None:
         r, u = divmod(i, units_per_row)
