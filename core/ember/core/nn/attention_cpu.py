@@ -201,8 +201,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.
             dropout_p: float, is_causal: bool, scale: float,
             rng: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Output ``[N, H, L, Ev]`` in q's dtype and log-sum-exp ``[N, H, L]`` (float32/64)."""
-    if attention_native.available(q, k, v, dropout_p):
-        return attention_native.forward(q, k, v, attn_mask, is_causal, scale)
+    if attention_native.available(q, k, v):
+        return attention_native.forward(q, k, v, attn_mask, dropout_p, is_causal, scale, rng)
     t = _Tiles(q, k, v, attn_mask, dropout_p, is_causal, scale, rng)
     n, h = t.shape4
     value_dim = v.shape[-1]
@@ -250,9 +250,9 @@ def backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
              dropout_p: float, is_causal: bool, scale: float,
              rng: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients for q, k, v, recomputing each probability tile from the saved log-sum-exp."""
-    if attention_native.available(q, k, v, dropout_p):
-        return attention_native.backward(grad_out, q, k, v, out, lse, attn_mask, is_causal,
-                                         scale)
+    if attention_native.available(q, k, v):
+        return attention_native.backward(grad_out, q, k, v, out, lse, attn_mask, dropout_p,
+                                         is_causal, scale, rng)
     t = _Tiles(q, k, v, attn_mask, dropout_p, is_causal, scale, rng)
     n, h = t.shape4
     hkv = k.shape[1]

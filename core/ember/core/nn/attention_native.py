@@ -6,8 +6,8 @@ tile: no per-tile Python, no GIL hand-offs between workers, max/exp/sum fused in
 The matrix products go through the BLAS that torch itself links (``sgemm_``/``dgemm_``
 exported by ``libtorch_cpu``), called single-threaded inside our OpenMP team. Where that
 symbol or a C++ compiler is missing, :func:`available` is False and the torch-op tiles run.
-Dropout is left to the torch-op tiles (its Philox stream lives there), and so are forked
-children.
+Dropout replays the Philox stream of :mod:`attention_dropout` element for element. Forked
+children use the torch-op tiles.
 """
 
 from __future__ import annotations
@@ -115,8 +115,43 @@ struct Problem {
   int64_t ms[4];
   int causal;
   int64_t bq, bk;
+  float dropout_p;           // dropout: keep (scaled by keep_scale) where uniform >= dropout_p
+  T keep_scale;
+  uint64_t seed, offset;
   int64_t kv_head(int64_t f) const { return (f / h) * (h / group) + (f % h) / group; }
 };
+
+// Dropout multipliers of tile rows [i0, i1) x cols [j0, j1) of head f: Philox-4x32-10 of
+// (seed, offset + (f*L + i)*S + j), the stream attention_dropout.keep_scale draws.
+static inline float philox_uniform(uint64_t seed, uint64_t counter) {
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t prod_b = (uint64_t)c2 * 0xCD9E8D57u, prod_a = (uint64_t)c0 * 0xD2511F53u;
+    c0 = (uint32_t)(prod_b >> 32) ^ c1 ^ k0;
+    c2 = (uint32_t)(prod_a >> 32) ^ c3 ^ k1;
+    c1 = (uint32_t)prod_b;
+    c3 = (uint32_t)prod_a;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  int32_t x = (int32_t)c0;
+  if (x < 0) x = -x - 1;
+  return (float)x * 4.6566127342e-10f;
+}
+
+template <typename T>
+static void keep_tile(const Problem<T>& P, int64_t f, int64_t i0, int64_t i1, int64_t j0,
+                      int64_t j1, T* keep) {
+  const int64_t nk = j1 - j0;
+  for (int64_t r = 0; r < i1 - i0; ++r) {
+    const uint64_t base = P.offset + (uint64_t)((f * P.L + i0 + r) * P.S + j0);
+    T* row = keep + r * nk;
+#pragma omp simd
+    for (int64_t c = 0; c < nk; ++c)
+      row[c] = philox_uniform(P.seed, base + c) >= P.dropout_p ? P.keep_scale : T(0);
+  }
+}
 
 // Scores tile rows [i0, i1) x cols [j0, j1) of head f: q k^T plus causal/mask (-inf).
 template <typename T>
@@ -162,6 +197,7 @@ static void forward(const Problem<T>& P, T* out, T* lse, int nthreads) {
   {
     SequentialBlas sequential;
     std::vector<T> s(P.bq * P.bk), acc(P.bq * P.Ev), mx(P.bq), sum(P.bq);
+    std::vector<T> keep(P.dropout_p > 0 ? P.bq * P.bk : 0);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
       const int64_t unit = units - 1 - u;  // causal: the longest rows first
@@ -200,6 +236,10 @@ static void forward(const Problem<T>& P, T* out, T* lse, int nthreads) {
           }
           sum[r] += total;
         }
+        if (P.dropout_p > 0) {  // the normaliser (sum) counts every key; the values see dropout
+          keep_tile(P, f, i0, i1, j0, j1, keep.data());
+          for (int64_t e = 0; e < nq * nk; ++e) s[e] *= keep[e];
+        }
         const int64_t g = P.kv_head(f);
         gemm(false, false, (int)nq, (int)P.Ev, (int)nk, T(1), s.data(), (int)nk,
              P.v + (g * P.S + j0) * P.Ev, (int)P.Ev, T(1), acc.data(), (int)P.Ev);
@@ -232,6 +272,7 @@ static void backward(const Problem<T>& P, const T* go, const T* lse, const T* de
   {
     SequentialBlas sequential;
     std::vector<T> p(P.bq * P.bk), dp(P.bq * P.bk);
+    std::vector<T> keep(P.dropout_p > 0 ? P.bq * P.bk : 0);
     T* my_dk = dk + (int64_t)omp_get_thread_num() * kv_heads * P.S * P.E;
     T* my_dv = dv + (int64_t)omp_get_thread_num() * kv_heads * P.S * P.Ev;
 #pragma omp for schedule(dynamic, 1)
@@ -257,11 +298,19 @@ static void backward(const Problem<T>& P, const T* go, const T* lse, const T* de
 #pragma omp simd
           for (int64_t c = 0; c < nk; ++c) row[c] = fast_exp(row[c] - l);
         }
-        // dV_j += P^T dO_i ; dP = dO_i V_j^T
-        gemm(true, false, (int)nk, (int)P.Ev, (int)nq, T(1), p.data(), (int)nk, go_i,
+        // dV_j += (P * keep)^T dO_i ; dP = (dO_i V_j^T) * keep
+        const T* p_used = p.data();
+        if (P.dropout_p > 0) {
+          keep_tile(P, f, i0, i1, j0, j1, keep.data());
+          for (int64_t e = 0; e < nq * nk; ++e) dp[e] = p[e] * keep[e];
+          p_used = dp.data();
+        }
+        gemm(true, false, (int)nk, (int)P.Ev, (int)nq, T(1), p_used, (int)nk, go_i,
              (int)P.Ev, T(1), my_dv + (g * P.S + j0) * P.Ev, (int)P.Ev);
         gemm(false, true, (int)nq, (int)nk, (int)P.Ev, T(1), go_i, (int)P.Ev,
              P.v + (g * P.S + j0) * P.Ev, (int)P.Ev, T(0), dp.data(), (int)nk);
+        if (P.dropout_p > 0)
+          for (int64_t e = 0; e < nq * nk; ++e) dp[e] *= keep[e];
         for (int64_t r = 0; r < nq; ++r) {
           const T d = delta[f * P.L + i0 + r];
           T* ds = dp.data() + r * nk;
@@ -281,7 +330,8 @@ static void backward(const Problem<T>& P, const T* go, const T* lse, const T* de
 
 template <typename T>
 static Problem<T> problem(const void* q, const void* k, const void* v, const int64_t* dims,
-                          const void* mask, int mask_kind, const int64_t* ms, int causal) {
+                          const void* mask, int mask_kind, const int64_t* ms, int causal,
+                          double dropout_p) {
   Problem<T> P;
   P.q = (const T*)q; P.k = (const T*)k; P.v = (const T*)v;
   P.heads = dims[0]; P.h = dims[1]; P.group = dims[2];
@@ -290,35 +340,41 @@ static Problem<T> problem(const void* q, const void* k, const void* v, const int
   P.mask = mask; P.mask_kind = mask_kind;
   for (int i = 0; i < 4; ++i) P.ms[i] = ms[i];
   P.causal = causal;
+  P.dropout_p = (float)dropout_p;  // compared in float32, as keep_scale does
+  P.keep_scale = dropout_p >= 1.0 ? T(0) : T(1.0 / (1.0 - dropout_p));
+  P.seed = (uint64_t)dims[9];
+  P.offset = (uint64_t)dims[10];
   return P;
 }
 
-// dims: heads, H, group, L, S, E, Ev, block_q, block_k. is_double selects float64.
+// dims: heads, H, group, L, S, E, Ev, block_q, block_k, dropout seed, dropout offset.
+// is_double selects float64.
 extern "C" void ember_attn_forward(int is_double, const void* q, const void* k, const void* v,
                                    const int64_t* dims, const void* mask, int mask_kind,
-                                   const int64_t* ms, int causal, void* out, void* lse,
-                                   int nthreads) {
+                                   const int64_t* ms, int causal, double dropout_p,
+                                   void* out, void* lse, int nthreads) {
   if (is_double)
-    forward(problem<double>(q, k, v, dims, mask, mask_kind, ms, causal), (double*)out,
+    forward(problem<double>(q, k, v, dims, mask, mask_kind, ms, causal, dropout_p), (double*)out,
             (double*)lse, nthreads);
   else
-    forward(problem<float>(q, k, v, dims, mask, mask_kind, ms, causal), (float*)out,
+    forward(problem<float>(q, k, v, dims, mask, mask_kind, ms, causal, dropout_p), (float*)out,
             (float*)lse, nthreads);
 }
 
 extern "C" void ember_attn_backward(int is_double, const void* q, const void* k, const void* v,
                                     const int64_t* dims, const void* mask, int mask_kind,
-                                    const int64_t* ms, int causal, const void* go,
+                                    const int64_t* ms, int causal, double dropout_p,
+                                    const void* go,
                                     const void* lse, const void* delta, void* dq, void* dk,
                                     void* dv, int nthreads) {
   if (is_double)
-    backward(problem<double>(q, k, v, dims, mask, mask_kind, ms, causal), (const double*)go,
-             (const double*)lse, (const double*)delta, (double*)dq, (double*)dk, (double*)dv,
-             nthreads);
+    backward(problem<double>(q, k, v, dims, mask, mask_kind, ms, causal, dropout_p),
+             (const double*)go, (const double*)lse, (const double*)delta, (double*)dq, (double*)dk,
+             (double*)dv, nthreads);
   else
-    backward(problem<float>(q, k, v, dims, mask, mask_kind, ms, causal), (const float*)go,
-             (const float*)lse, (const float*)delta, (float*)dq, (float*)dk, (float*)dv,
-             nthreads);
+    backward(problem<float>(q, k, v, dims, mask, mask_kind, ms, causal, dropout_p),
+             (const float*)go, (const float*)lse, (const float*)delta, (float*)dq, (float*)dk,
+             (float*)dv, nthreads);
 }
 """
 
@@ -376,9 +432,9 @@ def _library() -> ctypes.CDLL | None:
     return lib
 
 
-def available(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> bool:
-    """Whether this problem runs natively: CPU, dropout off, non-empty, library built."""
-    return (enabled and not _forked and q.device.type == "cpu" and dropout_p <= 0.0
+def available(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether this problem runs natively: CPU, non-empty, library built, not a forked child."""
+    return (enabled and not _forked and q.device.type == "cpu"
             and min(q.numel(), k.numel(), v.numel()) > 0 and _library() is not None)
 
 
@@ -397,8 +453,8 @@ def _threads(q: torch.Tensor, k: torch.Tensor) -> int:
     return torch.get_num_threads()
 
 
-def _prepare(q, k, v, attn_mask, scale, threads):
-    """Contiguous compute-dtype ``[heads, T, D]`` q (scaled), k, v; mask pointer and strides."""
+def _prepare(q, k, v, attn_mask, scale, rng, threads):
+    """Contiguous compute-dtype ``[heads, T, D]`` q (scaled), k, v; mask; sizes and seeds."""
     n, h, length_q, e = q.shape
     hkv, length_k = k.shape[1], k.shape[2]
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -418,31 +474,41 @@ def _prepare(q, k, v, attn_mask, scale, threads):
     want = MIN_UNITS_PER_THREAD * threads
     while block_q > 32 and n * h * -(-length_q // block_q) < want:
         block_q //= 2
+    seed, offset = (0, 0) if rng is None else (int(x) for x in rng.tolist())
     dims = (n * h, h, h // hkv, length_q, length_k, e, v.shape[-1], block_q,
-            max(1, min(BLOCK_K, length_k)))
+            max(1, min(BLOCK_K, length_k)), seed, offset)
     return qs, ks, vs, mask, kind, strides, dims, dtype
 
 
+def _dropout(dropout_p: float, rng: torch.Tensor | None) -> ctypes.c_double:
+    return ctypes.c_double(dropout_p if dropout_p > 0.0 and rng is not None else 0.0)
+
+
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
-            is_causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+            dropout_p: float, is_causal: bool, scale: float,
+            rng: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Output ``[N, H, L, Ev]`` in q's dtype and log-sum-exp ``[N, H, L]`` (float32/64)."""
     threads = _threads(q, k)
-    qs, ks, vs, mask, kind, strides, dims, dtype = _prepare(q, k, v, attn_mask, scale, threads)
+    qs, ks, vs, mask, kind, strides, dims, dtype = _prepare(q, k, v, attn_mask, scale, rng,
+                                                            threads)
     n, h, length_q, _ = q.shape
     out = torch.empty(n, h, length_q, v.shape[-1], dtype=dtype)
     lse = torch.empty(n, h, length_q, dtype=dtype)
     _library().ember_attn_forward(
         dtype == torch.float64, _ptr(qs), _ptr(ks), _ptr(vs), _int64s(dims), _ptr(mask), kind,
-        _int64s(strides), int(is_causal), _ptr(out), _ptr(lse), threads)
+        _int64s(strides), int(is_causal), _dropout(dropout_p, rng), _ptr(out), _ptr(lse),
+        threads)
     return out.to(q.dtype), lse
 
 
 def backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              out: torch.Tensor, lse: torch.Tensor, attn_mask: torch.Tensor | None,
-             is_causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             dropout_p: float, is_causal: bool, scale: float,
+             rng: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients for q, k, v (contiguous, in the inputs' dtypes)."""
     threads = _threads(q, k)
-    qs, ks, vs, mask, kind, strides, dims, dtype = _prepare(q, k, v, attn_mask, scale, threads)
+    qs, ks, vs, mask, kind, strides, dims, dtype = _prepare(q, k, v, attn_mask, scale, rng,
+                                                            threads)
     go = grad_out.detach().to(dtype).contiguous()
     delta = (go * out.detach().to(dtype)).sum(-1).contiguous()
     lse = lse.detach().to(dtype).contiguous()
@@ -451,7 +517,8 @@ def backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     dv = torch.zeros((threads, *vs.shape), dtype=dtype)
     _library().ember_attn_backward(
         dtype == torch.float64, _ptr(qs), _ptr(ks), _ptr(vs), _int64s(dims), _ptr(mask), kind,
-        _int64s(strides), int(is_causal), _ptr(go), _ptr(lse), _ptr(delta), _ptr(dq),
+        _int64s(strides), int(is_causal), _dropout(dropout_p, rng), _ptr(go), _ptr(lse),
+        _ptr(delta), _ptr(dq),
         _ptr(dk), _ptr(dv), threads)
     dk, dv = (dk.sum(0), dv.sum(0)) if threads > 1 else (dk[0], dv[0])
     return dq.mul_(scale).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
