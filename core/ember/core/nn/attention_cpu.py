@@ -11,7 +11,8 @@ On CPU the units run on worker threads with one intra-op thread each (large prob
 over all of them): many mid-sized ops in one OpenMP team pay a barrier per op, which dominates
 on small, busy machines.
 Written for CPU but device-agnostic: CUDA uses it for float64 and head dims the Triton kernels
-do not cover (on CUDA, units always run inline).
+do not cover (on CUDA, units always run inline). On CPU, :mod:`attention_native` runs the same
+algorithm in one native call whenever it is available; these tiles are its fallback.
 """
 
 from __future__ import annotations
