@@ -260,6 +260,53 @@ def _output_scratch(k: Kernel, local: dict) -> dict:
     return out
 
 
+def _replace(e, old, new, memo: dict):
+    if e == old:
+        return new
+    if e in memo:
+        return memo[e]
+    if e[0] == "cast":
+        out = ("cast", e[1], _replace(e[2], old, new, memo))
+    elif e[0] == "op":
+        out = ("op", e[1], e[2], *(_replace(a, old, new, memo) for a in e[3:]))
+    else:
+        out = e
+    memo[e] = out
+    return out
+
+
+def _stage_outputs_early(k: Kernel, taken: set) -> None:
+    """Compute a row value shared by an earlier pass and an output's final store once: the
+    earlier pass writes it into the output row and the final pass updates it in place (e.g.
+    ``x - max`` in log_softmax, ``x - mean`` in layer_norm), so the final pass runs in L1."""
+    loops = [i for i, st in enumerate(k.stages) if st.kind == "loop" and st.rsizes]
+    if len(loops) < 2 or loops[-1] != len(k.stages) - 1 or _column_major(k):
+        return
+    last = k.stages[-1]
+    loaded = {x[2] for st in k.stages for it in st.items for x in ir.walk(it.expr)
+              if x[0] == "load"}
+    rset = set(ir.index_vars("r", len(last.rsizes)))
+    for it in list(last.items):
+        out = it.node.buf
+        if it.kind != "store" or out.name not in k.must_store or out.name in taken or \
+                out.name in loaded or ir.compute_dtype(out.dtype) != out.dtype:
+            continue
+        for si in reversed(loops[:-1]):
+            st = k.stages[si]
+            if not ir.same_sizes(st.rsizes, last.rsizes):
+                continue
+            earlier = {x for e in st.items for x in ir.walk(e.expr)}
+            memo: dict = {}
+            shared = next((x for x in ir.walk(it.expr) if x[0] == "op" and x in earlier and
+                           x[1] == out.dtype and not _invariant(x, rset, memo)), None)
+            if shared is None:
+                continue
+            st.items.append(type(it)("store", it.node, shared, it.index))
+            it.expr = _replace(it.expr, shared, ("load", out.dtype, out.name, it.index), {})
+            taken.add(out.name)
+            break
+
+
 def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str, list]:
     """C++ source of one kernel and its argument list: ("buf", name) / ("sym", symbol).
 
@@ -271,6 +318,7 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
     alias = _output_scratch(k, local)
     for name in alias:
         del local[name]
+    _stage_outputs_early(k, {b.name for b in alias.values()})
     xs = ir.index_vars("x", len(k.outer))
     loop_syms = set(xs)
     read, free = set(), set()
