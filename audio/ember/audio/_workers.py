@@ -4,9 +4,8 @@ Many mid-sized torch ops in one OpenMP team pay a barrier per op; on a small mac
 with other processes a descheduled team member stalls every barrier (2 threads ran the mel
 spectrogram 5x slower than 1). Threads that each run whole units single-threaded and pull
 the next unit from a shared counter meet only once, at the end, and a busy core just takes
-fewer units. Extra threads are only started on cores that other runnable threads leave free:
-on an oversubscribed machine they would just queue behind the caller (measured slower than
-one thread).
+fewer units. Only as many workers take part as there are cores that other runnable threads
+leave free: on an oversubscribed machine more would just queue for the same cores.
 """
 
 from __future__ import annotations
@@ -118,35 +117,23 @@ class _Job:
 
 
 def run_units(fn: Callable[[int], None], n: int) -> None:
-    """Call ``fn(i)`` for every ``i < n`` on up to ``torch.get_num_threads()`` threads (no
-    more than :func:`spare_cores`), the caller's included, each with one intra-op thread
-    (the caller's setting is restored); only on the caller when nested.
+    """Call ``fn(i)`` for every ``i < n`` on up to ``torch.get_num_threads()`` worker threads
+    (no more than :func:`spare_cores`) with one intra-op thread each; on the caller when
+    that setting is 1 or when nested.
 
-    The caller works too and waits only for units another thread has started, so a worker
-    that is slow to be scheduled costs little.
+    The caller only waits: switching its own thread count would rebuild torch's thread
+    pools on every call (``torch.set_num_threads`` joins their threads, milliseconds on a
+    busy machine).
     """
     threads = torch.get_num_threads()
-    if getattr(_local, "worker", False):  # nested, or a worker: already single-threaded
+    if threads <= 1 or getattr(_local, "worker", False):
         for i in range(n):
             fn(i)
         return
-    size = min(threads, n)
-    if size > 1:
-        size = min(size, spare_cores())
     job = _Job(fn, n)
-    if size > 1:
-        pool = _workers(threads - 1)
-        for _ in range(size - 1):
-            pool.submit(job.work)
-    if threads > 1:
-        torch.set_num_threads(1)  # units are sized for one thread, here too
-    _local.worker = True
-    try:
-        job.work()
-    finally:
-        _local.worker = False
-        if threads > 1:
-            torch.set_num_threads(threads)
+    pool = _workers(threads)
+    for _ in range(max(1, min(threads, n, spare_cores()))):
+        pool.submit(job.work)
     job.wait()
 
 

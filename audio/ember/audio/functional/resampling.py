@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -204,15 +205,17 @@ class _UniformBank:
     bank: Tensor  # (groups, taps, size), zero outside each phase's support
 
 
-_uniform_banks: dict[tuple, list[tuple[Tensor, _UniformBank]]] = {}
+# kernel tensor -> (its version, orig, new, bank); keyed by identity, because a lookup by
+# value would run a full-size comparison, an OpenMP region on the caller whose spinning
+# team then competes with the workers for the cores
+_uniform_banks: dict[int, tuple] = {}  # id(kernel) -> (weakref, version, orig, new, bank)
 
 
 def _uniform_bank(kernel: Tensor, orig: int, new: int) -> _UniformBank:
     """The cheapest equal grouping (multiply-adds per block) of a polyphase kernel, cached."""
-    key = (orig, new, tuple(kernel.shape), kernel.dtype)
-    for known, bank in _uniform_banks.get(key, ()):
-        if torch.equal(known, kernel):
-            return bank
+    known = _uniform_banks.get(id(kernel))
+    if known is not None and known[0]() is kernel and known[1:4] == (kernel._version, orig, new):
+        return known[4]
     dense = kernel[:, 0]
     n_taps = dense.shape[1]
     nonzero = dense != 0
@@ -234,9 +237,10 @@ def _uniform_bank(kernel: Tensor, orig: int, new: int) -> _UniformBank:
     values = dense[phase.clamp(max=new - 1)[:, None, :], idx.clamp(0, n_taps - 1)[:, :, None]]
     valid = ((idx >= 0) & (idx < n_taps))[:, :, None] & (phase < new)[:, None, :]
     bank = _UniformBank(size, groups, step, first, taps, torch.where(valid, values, 0.0))
-    if sum(map(len, _uniform_banks.values())) >= 64:  # bounded, like the kernel cache
-        _uniform_banks.clear()
-    _uniform_banks.setdefault(key, []).append((kernel.clone(), bank))
+    if len(_uniform_banks) >= 64:  # forget the kernels that are gone
+        for key in [k for k, v in _uniform_banks.items() if v[0]() is None]:
+            del _uniform_banks[key]
+    _uniform_banks[id(kernel)] = (weakref.ref(kernel), kernel._version, orig, new, bank)
     return bank
 
 
