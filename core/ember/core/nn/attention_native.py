@@ -108,6 +108,7 @@ static inline double fast_exp(double x) { return std::exp(x); }
 template <typename T>
 struct Problem {
   const T *q, *k, *v;        // [heads, L, E], [kv_heads, S, E], [kv_heads, S, Ev]
+  T scale;                   // scores = scale * q k^T
   int64_t heads, h, group;   // heads = N * H; group = H / Hkv
   int64_t L, S, E, Ev;
   const void* mask;          // null, uint8 (keep) or T (added); strides over (n, h, i, j)
@@ -159,7 +160,7 @@ static void scores(const Problem<T>& P, int64_t f, int64_t i0, int64_t i1, int64
                    int64_t j1, T* s) {
   const int nq = (int)(i1 - i0), nk = (int)(j1 - j0);
   const int64_t g = P.kv_head(f);
-  gemm(false, true, nq, nk, (int)P.E, T(1), P.q + (f * P.L + i0) * P.E, (int)P.E,
+  gemm(false, true, nq, nk, (int)P.E, P.scale, P.q + (f * P.L + i0) * P.E, (int)P.E,
        P.k + (g * P.S + j0) * P.E, (int)P.E, T(0), s, nk);
   const T ninf = -std::numeric_limits<T>::infinity();
   if (P.causal && j1 - 1 > i0) {
@@ -260,7 +261,7 @@ static void forward(const Problem<T>& P, T* out, T* lse, int nthreads) {
   }
 }
 
-// dq [heads, L, E] (unscaled: times scale by the caller); dk, dv: [threads, kv_heads, S, *]
+// dq [heads, L, E]; dk, dv: [threads, kv_heads, S, *]
 // accumulated per thread, summed by the caller. lse/delta: [heads, L].
 template <typename T>
 static void backward(const Problem<T>& P, const T* go, const T* lse, const T* delta, T* dq,
@@ -319,9 +320,9 @@ static void backward(const Problem<T>& P, const T* go, const T* lse, const T* de
           for (int64_t c = 0; c < nk; ++c) ds[c] = pr[c] * (ds[c] - d);
         }
         // dQ_i += dS K_j ; dK_j += dS^T Q_i
-        gemm(false, false, (int)nq, (int)P.E, (int)nk, T(1), dp.data(), (int)nk,
+        gemm(false, false, (int)nq, (int)P.E, (int)nk, P.scale, dp.data(), (int)nk,
              P.k + (g * P.S + j0) * P.E, (int)P.E, T(1), dq_i, (int)P.E);
-        gemm(true, false, (int)nk, (int)P.E, (int)nq, T(1), dp.data(), (int)nk, q_i,
+        gemm(true, false, (int)nk, (int)P.E, (int)nq, P.scale, dp.data(), (int)nk, q_i,
              (int)P.E, T(1), my_dk + (g * P.S + j0) * P.E, (int)P.E);
       }
     }
@@ -331,9 +332,10 @@ static void backward(const Problem<T>& P, const T* go, const T* lse, const T* de
 template <typename T>
 static Problem<T> problem(const void* q, const void* k, const void* v, const int64_t* dims,
                           const void* mask, int mask_kind, const int64_t* ms, int causal,
-                          double dropout_p) {
+                          double scale, double dropout_p) {
   Problem<T> P;
   P.q = (const T*)q; P.k = (const T*)k; P.v = (const T*)v;
+  P.scale = (T)scale;
   P.heads = dims[0]; P.h = dims[1]; P.group = dims[2];
   P.L = dims[3]; P.S = dims[4]; P.E = dims[5]; P.Ev = dims[6];
   P.bq = dims[7]; P.bk = dims[8];
@@ -351,30 +353,32 @@ static Problem<T> problem(const void* q, const void* k, const void* v, const int
 // is_double selects float64.
 extern "C" void ember_attn_forward(int is_double, const void* q, const void* k, const void* v,
                                    const int64_t* dims, const void* mask, int mask_kind,
-                                   const int64_t* ms, int causal, double dropout_p,
-                                   void* out, void* lse, int nthreads) {
-  if (is_double)
-    forward(problem<double>(q, k, v, dims, mask, mask_kind, ms, causal, dropout_p), (double*)out,
-            (double*)lse, nthreads);
-  else
-    forward(problem<float>(q, k, v, dims, mask, mask_kind, ms, causal, dropout_p), (float*)out,
-            (float*)lse, nthreads);
+                                   const int64_t* ms, int causal, double scale,
+                                   double dropout_p, void* out, void* lse, int nthreads) {
+  if (is_double) {
+    auto P = problem<double>(q, k, v, dims, mask, mask_kind, ms, causal, scale, dropout_p);
+    forward(P, (double*)out, (double*)lse, nthreads);
+  } else {
+    auto P = problem<float>(q, k, v, dims, mask, mask_kind, ms, causal, scale, dropout_p);
+    forward(P, (float*)out, (float*)lse, nthreads);
+  }
 }
 
 extern "C" void ember_attn_backward(int is_double, const void* q, const void* k, const void* v,
                                     const int64_t* dims, const void* mask, int mask_kind,
-                                    const int64_t* ms, int causal, double dropout_p,
-                                    const void* go,
+                                    const int64_t* ms, int causal, double scale,
+                                    double dropout_p, const void* go,
                                     const void* lse, const void* delta, void* dq, void* dk,
                                     void* dv, int nthreads) {
-  if (is_double)
-    backward(problem<double>(q, k, v, dims, mask, mask_kind, ms, causal, dropout_p),
-             (const double*)go, (const double*)lse, (const double*)delta, (double*)dq, (double*)dk,
-             (double*)dv, nthreads);
-  else
-    backward(problem<float>(q, k, v, dims, mask, mask_kind, ms, causal, dropout_p),
-             (const float*)go, (const float*)lse, (const float*)delta, (float*)dq, (float*)dk,
-             (float*)dv, nthreads);
+  if (is_double) {
+    auto P = problem<double>(q, k, v, dims, mask, mask_kind, ms, causal, scale, dropout_p);
+    backward(P, (const double*)go, (const double*)lse, (const double*)delta, (double*)dq,
+             (double*)dk, (double*)dv, nthreads);
+  } else {
+    auto P = problem<float>(q, k, v, dims, mask, mask_kind, ms, causal, scale, dropout_p);
+    backward(P, (const float*)go, (const float*)lse, (const float*)delta, (float*)dq,
+             (float*)dk, (float*)dv, nthreads);
+  }
 }
 """
 
@@ -453,12 +457,12 @@ def _threads(q: torch.Tensor, k: torch.Tensor) -> int:
     return torch.get_num_threads()
 
 
-def _prepare(q, k, v, attn_mask, scale, rng, threads):
-    """Contiguous compute-dtype ``[heads, T, D]`` q (scaled), k, v; mask; sizes and seeds."""
+def _prepare(q, k, v, attn_mask, rng, threads):
+    """Contiguous compute-dtype q, k, v; mask pointer and strides; sizes and seeds."""
     n, h, length_q, e = q.shape
     hkv, length_k = k.shape[1], k.shape[2]
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    qs = (q.detach().to(dtype) * scale).contiguous()
+    qs = q.detach().to(dtype).contiguous()
     ks = k.detach().to(dtype).contiguous()
     vs = v.detach().to(dtype).contiguous()
     mask, kind, strides = None, 0, (0, 0, 0, 0)
@@ -489,15 +493,14 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.
             rng: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Output ``[N, H, L, Ev]`` in q's dtype and log-sum-exp ``[N, H, L]`` (float32/64)."""
     threads = _threads(q, k)
-    qs, ks, vs, mask, kind, strides, dims, dtype = _prepare(q, k, v, attn_mask, scale, rng,
-                                                            threads)
+    qs, ks, vs, mask, kind, strides, dims, dtype = _prepare(q, k, v, attn_mask, rng, threads)
     n, h, length_q, _ = q.shape
     out = torch.empty(n, h, length_q, v.shape[-1], dtype=dtype)
     lse = torch.empty(n, h, length_q, dtype=dtype)
     _library().ember_attn_forward(
         dtype == torch.float64, _ptr(qs), _ptr(ks), _ptr(vs), _int64s(dims), _ptr(mask), kind,
-        _int64s(strides), int(is_causal), _dropout(dropout_p, rng), _ptr(out), _ptr(lse),
-        threads)
+        _int64s(strides), int(is_causal), ctypes.c_double(scale), _dropout(dropout_p, rng),
+        _ptr(out), _ptr(lse), threads)
     return out.to(q.dtype), lse
 
 
@@ -507,8 +510,7 @@ def backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
              rng: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients for q, k, v (contiguous, in the inputs' dtypes)."""
     threads = _threads(q, k)
-    qs, ks, vs, mask, kind, strides, dims, dtype = _prepare(q, k, v, attn_mask, scale, rng,
-                                                            threads)
+    qs, ks, vs, mask, kind, strides, dims, dtype = _prepare(q, k, v, attn_mask, rng, threads)
     go = grad_out.detach().to(dtype).contiguous()
     delta = (go * out.detach().to(dtype)).sum(-1).contiguous()
     lse = lse.detach().to(dtype).contiguous()
@@ -517,8 +519,7 @@ def backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     dv = torch.zeros((threads, *vs.shape), dtype=dtype)
     _library().ember_attn_backward(
         dtype == torch.float64, _ptr(qs), _ptr(ks), _ptr(vs), _int64s(dims), _ptr(mask), kind,
-        _int64s(strides), int(is_causal), _dropout(dropout_p, rng), _ptr(go), _ptr(lse),
-        _ptr(delta), _ptr(dq),
-        _ptr(dk), _ptr(dv), threads)
+        _int64s(strides), int(is_causal), ctypes.c_double(scale), _dropout(dropout_p, rng),
+        _ptr(go), _ptr(lse), _ptr(delta), _ptr(dq), _ptr(dk), _ptr(dv), threads)
     dk, dv = (dk.sum(0), dv.sum(0)) if threads > 1 else (dk[0], dv[0])
-    return dq.mul_(scale).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
