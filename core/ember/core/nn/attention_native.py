@@ -2,7 +2,7 @@
 
 Same algorithm as :mod:`attention_cpu` (online softmax over key blocks, backward recomputing
 each probability tile from the log-sum-exp), but one call per op instead of ~15 torch ops per
-tile: no per-tile Python, no GIL hand-offs between workers, max/exp/sum fused in one pass.
+tile: no per-tile Python, no GIL hand-offs between workers, exp and row sum in one pass.
 The matrix products go through the BLAS that torch itself links (``sgemm_``/``dgemm_``
 exported by ``libtorch_cpu``), called single-threaded inside our OpenMP team. Where that
 symbol or a C++ compiler is missing, :func:`available` is False and the torch-op tiles run.
