@@ -98,3 +98,11 @@ def test_backends_option_reaches_only_benchmarks_that_take_it(capsys):
     assert "backends" not in options_of("io")
     assert cli.main(["bench", "io", "--quick", "--no-progress", "--backends", "eager"]) == 1
     assert "takes no option backends" in capsys.readouterr().err
+
+
+def test_compare_timings_rotates_the_order_every_round():
+    order = []
+    cands = {name: (lambda name=name: order.append(name)) for name in "abc"}
+    compare_timings(cands, rounds=3, min_seconds=0, warmup=0)
+    timed = order[3:]  # after each candidate's one calibration call
+    assert timed == list("abc") + list("bca") + list("cab")

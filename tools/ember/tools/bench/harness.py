@@ -94,7 +94,8 @@ def compare_timings(candidates: dict[str, Callable[[], object]], *, rounds: int 
 
     Each round calls every candidate enough times to fill ``min_seconds`` (the count is
     fixed per candidate after warm-up) and records the mean; the median over rounds is
-    returned.
+    returned. The order rotates every round, so no candidate always runs right after the same
+    peer (a BLAS pool still spinning from the previous call steals a core from the next one).
     """
     loops: dict[str, int] = {}
     for name, fn in candidates.items():
@@ -105,10 +106,12 @@ def compare_timings(candidates: dict[str, Callable[[], object]], *, rounds: int 
         once = max(time.perf_counter() - t0, 1e-7)
         loops[name] = max(1, int(min_seconds / once))
     samples: dict[str, list[float]] = {name: [] for name in candidates}
+    names = list(candidates)
     for r in range(rounds):
         _report(f"round {r + 1}/{rounds}")
-        for name, fn in candidates.items():
-            n = loops[name]
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            fn, n = candidates[name], loops[name]
             t0 = time.perf_counter()
             for _ in range(n):
                 fn()
