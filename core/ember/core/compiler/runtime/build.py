@@ -29,6 +29,7 @@ def has_libmvec() -> bool:
     """glibc's vector math library (SIMD exp/log/tanh/erf...) is available to link."""
     return ctypes.util.find_library("mvec") is not None
 _loaded: dict[str, ctypes.CDLL] = {}
+forked_child = False  # set in a child process after fork: kernels must run on one thread
 builds = 0  # number of compiler runs in this process (tests count them)
 
 
@@ -85,3 +86,18 @@ def load(source: str) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(target))
     _loaded[k] = lib
     return lib
+
+
+def _serial_after_fork() -> None:
+    """libgomp's thread pool does not survive fork: a team of more than one thread in the child
+    (a DataLoader worker, say) would wait forever on the parent's threads. Child processes run
+    our kernels on one thread (torch's DataLoader workers do the same for ATen)."""
+    global forked_child
+    forked_child = True
+    try:
+        ctypes.CDLL("libgomp.so.1").omp_set_num_threads(1)
+    except (OSError, AttributeError):
+        pass  # no libgomp loaded: no OpenMP team to lose
+
+
+os.register_at_fork(after_in_child=_serial_after_fork)

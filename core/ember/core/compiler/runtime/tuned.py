@@ -13,7 +13,7 @@ import time
 import torch
 
 from ember.core.compiler import autotune
-from ember.core.compiler.runtime import cache
+from ember.core.compiler.runtime import build, cache
 
 PROBE_SECONDS = 2e-4  # each timing repeats the kernel until it lasts about this long
 
@@ -40,6 +40,8 @@ class TunedKernel:
         cfg = self.chosen.get(sizes)
         if cfg is None:
             cfg = self.chosen[sizes] = self._tune(args, sizes)
+        if build.forked_child:  # see build._serial_after_fork
+            cfg = (1, cfg[1])
         self.fn(*args, *cfg)
 
     def _tune(self, args: tuple, sizes: tuple) -> tuple[int, int]:
