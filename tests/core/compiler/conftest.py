@@ -1,6 +1,9 @@
+import logging
+
 import pytest
 import torch
 
+from ember.core import set_logs
 from ember.core.compiler import compile as ember_compile
 
 
@@ -39,3 +42,19 @@ def _assert_matches(out, ref, atol=1e-5, rtol=1e-5):
         assert o.shape == r.shape, f"output {i}: shape {o.shape} != {r.shape}"
         torch.testing.assert_close(o, r, atol=atol, rtol=rtol, equal_nan=True,
                                    msg=lambda m, i=i: f"output {i}: {m}")
+
+
+@pytest.fixture
+def output_code():
+    """The messages of ``ember.output_code`` (generated C++ and wrappers) during the test."""
+    msgs = []
+
+    class H(logging.Handler):
+        def emit(self, record):
+            msgs.append(record.getMessage())
+    h = H()
+    set_logs(output_code=True)
+    logging.getLogger("ember.output_code").addHandler(h)
+    yield msgs
+    logging.getLogger("ember.output_code").removeHandler(h)
+    set_logs(output_code=None)

@@ -1,26 +1,8 @@
 """C++ codegen details that change speed, checked for correctness against eager."""
 
-import logging
 
 import pytest
 import torch
-
-from ember.core import set_logs
-
-
-@pytest.fixture
-def output_code():
-    msgs = []
-
-    class H(logging.Handler):
-        def emit(self, record):
-            msgs.append(record.getMessage())
-    h = H()
-    set_logs(output_code=True)
-    logging.getLogger("ember.output_code").addHandler(h)
-    yield msgs
-    logging.getLogger("ember.output_code").removeHandler(h)
-    set_logs(output_code=None)
 
 
 def _rows():

@@ -1,13 +1,11 @@
 """C++ modes: max-autotune (tuned threads/chunking, winner cached on disk) and
 reduce-overhead (one native entry per run of kernels), both checked against eager."""
 
-import logging
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from ember.core import set_logs
 from ember.core.compiler import autotune, backend, modes
 from ember.core.compiler.runtime import kernels, tuned
 
@@ -22,21 +20,6 @@ def _graph(x, w):
 def fresh_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     return tmp_path
-
-
-@pytest.fixture
-def output_code():
-    msgs = []
-
-    class H(logging.Handler):
-        def emit(self, record):
-            msgs.append(record.getMessage())
-    h = H()
-    set_logs(output_code=True)
-    logging.getLogger("ember.output_code").addHandler(h)
-    yield msgs
-    logging.getLogger("ember.output_code").removeHandler(h)
-    set_logs(output_code=None)
 
 
 def test_mode_names_are_checked():
