@@ -750,8 +750,10 @@ class GraphLowering:
         return self._extern(node, args, kwargs, fallback=packet not in EXTERN_OPS)
 
     def _check_tensor(self, t) -> None:
+        # complex tensors may enter the graph: only externs/eager ops touch them
+        # (``_supported`` keeps them out of kernels)
         if t.device.type != self.device or t.layout != torch.strided or t.dtype not in \
-                ir.SUPPORTED_DTYPES:
+                ir.SUPPORTED_DTYPES and not t.dtype.is_complex:
             raise Unsupported(f"tensor on {t.device} / {t.layout} / {t.dtype}")
 
     def _supported(self, node: FxNode) -> bool:
