@@ -36,6 +36,9 @@ def _single_thread(fn):
     return wrapped
 
 SR = 16000
+# seconds of idle before each timed call: the previous candidate's BLAS/OpenMP threads stop
+# spinning (librosa's numpy and soxr leave them busy; they would tax whoever runs next)
+SETTLE = 0.2
 MEL = dict(n_fft=400, hop_length=160, n_mels=80)
 
 
@@ -52,7 +55,8 @@ def _clips(n: int, seconds: float, sr: int, seed: int = 0) -> np.ndarray:
     return out
 
 
-def _mel_rows(librosa, n: int, seconds: float, rounds: int) -> tuple[list[list], str]:
+def _mel_rows(librosa, n: int, seconds: float, rounds: int,
+              settle: float) -> tuple[list[list], str]:
     clips = _clips(n, seconds, SR)
     batch = torch.from_numpy(clips)
     ours = T.MelSpectrogram(sample_rate=SR, **MEL)
@@ -66,7 +70,7 @@ def _mel_rows(librosa, n: int, seconds: float, rounds: int) -> tuple[list[list],
     err = float(np.abs(got - ref).max() / np.abs(ref).max())
     t = compare_timings({"ember": lambda: ours(batch),
                          "ember1": _single_thread(lambda: ours(batch)), "librosa": peer},
-                        rounds=rounds, min_seconds=0.0)
+                        rounds=rounds, min_seconds=0.0, settle=settle)
     task = f"MelSpectrogram, {n} clips x {seconds:g} s @ 16 kHz"
     name = "ember.audio.transforms.MelSpectrogram, batched"
     rows = [[task, f"{name} ({torch.get_num_threads()} threads)", t["ember"] * 1e3,
@@ -76,7 +80,8 @@ def _mel_rows(librosa, n: int, seconds: float, rounds: int) -> tuple[list[list],
     return rows, f"MelSpectrogram max |ember - librosa| / max|librosa| = {err:.1e}"
 
 
-def _resample_rows(librosa, n: int, seconds: float, rounds: int) -> tuple[list[list], str]:
+def _resample_rows(librosa, n: int, seconds: float, rounds: int,
+                   settle: float) -> tuple[list[list], str]:
     clips = _clips(n, seconds, 44100, seed=1)
     batch = torch.from_numpy(clips)
     ours = T.Resample(44100, 16000)
@@ -86,7 +91,7 @@ def _resample_rows(librosa, n: int, seconds: float, rounds: int) -> tuple[list[l
         "soxr_hq": lambda: librosa.resample(clips, orig_sr=44100, target_sr=16000),
         "polyphase": lambda: librosa.resample(clips, orig_sr=44100, target_sr=16000,
                                               res_type="polyphase"),
-    }, rounds=rounds, min_seconds=0.0)
+    }, rounds=rounds, min_seconds=0.0 if not settle else 0.1, settle=settle)
     task = f"Resample 44.1 -> 16 kHz, {n} clips x {seconds:g} s"
     name = "ember.audio.transforms.Resample (Hann sinc, width 6), batched"
     rows = [[task, f"{name} ({torch.get_num_threads()} threads)", t["ember"] * 1e3,
@@ -143,8 +148,9 @@ def run(quick: bool = False) -> BenchResult:
         f"ember.audio vs librosa / soundfile, milliseconds per call (median of {rounds} "
         f"round-robin rounds); ratio = peer time / ember time",
         ["task", "candidate", "ms", "speed-up", "target"])
-    for rows, note in (_mel_rows(librosa, mel_n, mel_s, rounds),
-                       _resample_rows(librosa, rs_n, rs_s, rounds),
+    settle = 0.0 if quick else SETTLE
+    for rows, note in (_mel_rows(librosa, mel_n, mel_s, rounds, settle),
+                       _resample_rows(librosa, rs_n, rs_s, rounds, settle),
                        _load_rows(ld_n, ld_s, rounds)):
         result.rows += rows
         result.notes.append(note)
@@ -153,7 +159,9 @@ def run(quick: bool = False) -> BenchResult:
                         f"many threads with one intra-op thread each (no OpenMP team per op), "
                         f"extra threads only on cores no other runnable thread wants (spare at "
                         f"start: {spare_cores()}); librosa/soxr single-threaded; 1-min load "
-                        f"average at start: {load_avg:.1f}")
+                        f"average at start: {load_avg:.1f}; {settle:g} s idle before every timed "
+                        f"call of every candidate (a previous candidate's spinning BLAS/OpenMP "
+                        f"threads would tax the next)")
     result.notes.append("MelSpectrogram peer settings: htk=True, norm=None, pad_mode='reflect' "
                         "(ember's defaults; librosa's own default pad_mode is 'constant')")
     return result

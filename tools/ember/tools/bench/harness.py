@@ -89,13 +89,16 @@ def _fmt(v) -> str:
 
 
 def compare_timings(candidates: dict[str, Callable[[], object]], *, rounds: int = 7,
-                    min_seconds: float = 0.05, warmup: int = 1) -> dict[str, float]:
+                    min_seconds: float = 0.05, warmup: int = 1,
+                    settle: float = 0.0) -> dict[str, float]:
     """Median seconds per call of each candidate, timed round-robin.
 
     Each round calls every candidate enough times to fill ``min_seconds`` (the count is
     fixed per candidate after warm-up) and records the mean; the median over rounds is
     returned. The order rotates every round, so no candidate always runs right after the same
     peer (a BLAS pool still spinning from the previous call steals a core from the next one).
+    ``settle`` seconds of sleep before every timed block let such threads go idle, the same
+    for every candidate.
     """
     loops: dict[str, int] = {}
     for name, fn in candidates.items():
@@ -112,6 +115,8 @@ def compare_timings(candidates: dict[str, Callable[[], object]], *, rounds: int 
         k = r % len(names)
         for name in names[k:] + names[:k]:
             fn, n = candidates[name], loops[name]
+            if settle:
+                time.sleep(settle)
             t0 = time.perf_counter()
             for _ in range(n):
                 fn()
