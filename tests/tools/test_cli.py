@@ -106,3 +106,13 @@ def test_compare_timings_rotates_the_order_every_round():
     compare_timings(cands, rounds=3, min_seconds=0, warmup=0)
     timed = order[3:]  # after each candidate's one calibration call
     assert timed == list("abc") + list("bca") + list("cab")
+
+
+def test_compare_timings_settles_before_every_timed_block(monkeypatch):
+    from ember.tools.bench import harness
+
+    sleeps = []
+    monkeypatch.setattr(harness.time, "sleep", lambda s: sleeps.append(s))
+    compare_timings({"a": lambda: None, "b": lambda: None}, rounds=3, min_seconds=0,
+                    warmup=0, settle=0.25)
+    assert sleeps == [0.25] * 6
