@@ -140,6 +140,25 @@ def _orientation(expr, x_last, r_last) -> set:
     return out
 
 
+def loads_walk_outer(k: Kernel) -> bool:
+    """The kernel's loads are unit-stride along its innermost outer index and never along a
+    reduction index (a reduction across rows, e.g. sum over dim 0): code generators then loop
+    over a block of outputs innermost instead of along the reduction."""
+    x_last = ir.index_vars("x", len(k.outer))[-1]
+    along_x = along_r = 0
+    for st in k.stages:
+        if st.kind != "loop" or not st.rsizes:
+            continue
+        r_last = ir.index_vars("r", len(st.rsizes))[-1]
+        for it in st.items:
+            for ld in ir.walk(it.expr):
+                if ld[0] == "load":
+                    e = sympy.expand(ld[3])
+                    along_r += sympy.diff(e, r_last) == 1
+                    along_x += sympy.diff(e, x_last) == 1
+    return along_x > 0 and along_r == 0
+
+
 def _check_orientation(stages, x_last) -> None:
     """Refuse to mix loops that walk memory along the reduction index (rows) with loops
     that walk it along the outer index (columns): one of them would run strided."""

@@ -14,7 +14,7 @@ import torch
 
 from ember.core.compiler import ir
 from ember.core.compiler.prims import CPP_PRELUDE, PRIMS, REDUCTIONS, mvec_declarations
-from ember.core.compiler.schedule import Kernel
+from ember.core.compiler.schedule import Kernel, loads_walk_outer
 
 CTYPES = {
     torch.float32: "float", torch.float64: "double", torch.float16: "_Float16",
@@ -393,27 +393,12 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
 COLUMN_BLOCK = 64
 
 
-def _unit(e, v) -> bool:
-    return sympy.diff(sympy.expand(e), v) == 1
-
-
 def _column_major(k: Kernel) -> bool:
     """Reduce across rows (e.g. sum over dim 0): memory is contiguous along the innermost
     outer index, not along the reduction index, so loop over a block of outputs innermost."""
     if not k.outer or not any(it.kind == "reduce" for st in k.stages for it in st.items):
         return False
-    x_last = ir.index_vars("x", len(k.outer))[-1]
-    along_x = along_r = 0
-    for st in k.stages:
-        if st.kind != "loop" or not st.rsizes:
-            continue
-        r_last = ir.index_vars("r", len(st.rsizes))[-1]
-        for it in st.items:
-            for ld in ir.walk(it.expr):
-                if ld[0] == "load":
-                    along_r += _unit(ld[3], r_last)
-                    along_x += _unit(ld[3], x_last)
-    return along_x > 0 and along_r == 0
+    return loads_walk_outer(k)
 
 
 def _emit_column(body: _Body, k: Kernel, buffers, cond: str | None) -> None:

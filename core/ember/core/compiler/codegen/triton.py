@@ -30,7 +30,7 @@ from ember.core.compiler import autotune, ir
 from ember.core.compiler.codegen.cpp import index_str
 from ember.core.compiler.runtime import triton_cache
 from ember.core.compiler.runtime.triton_libdevice import interpreted
-from ember.core.compiler.schedule import Kernel
+from ember.core.compiler.schedule import Kernel, loads_walk_outer
 from ember.core.logs import get_logger
 
 log = get_logger("codegen")
@@ -510,19 +510,7 @@ def _column_major(k: Kernel) -> bool:
     """A reduction whose loads walk memory along the outer index (e.g. sum over dim 0)."""
     if not k.outer or kernel_form(k) == "1d":
         return False
-    x_last = ir.index_vars("x", len(k.outer))[-1]
-    along_x = along_r = 0
-    for st in k.stages:
-        if st.kind != "loop" or not st.rsizes:
-            continue
-        r_last = ir.index_vars("r", len(st.rsizes))[-1]
-        for it in st.items:
-            for ld in ir.walk(it.expr):
-                if ld[0] == "load":
-                    e = sympy.expand(ld[3])
-                    along_r += sympy.diff(e, r_last) == 1
-                    along_x += sympy.diff(e, x_last) == 1
-    return along_x > 0 and along_r == 0
+    return loads_walk_outer(k)
 
 
 def _pow2(n: int) -> int:
