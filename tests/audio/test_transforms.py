@@ -252,7 +252,9 @@ def test_dynamo_captures_without_graph_breaks(tr, kind):
     if kind == "complex":
         x = torch.stft(x, 256, 128, window=torch.hann_window(256), return_complex=True)
     compiled = torch.compile(tr, backend="eager", fullgraph=True)
-    torch.testing.assert_close(compiled(x), tr(x))
+    eager = tr(x)  # the CPU fast paths: another float32 FFT than the traced torch.stft
+    torch.testing.assert_close(compiled(x), eager, rtol=1e-4,
+                               atol=1e-5 * float(eager.abs().max()))
 
 
 RANDOM_OR_ITERATIVE = [

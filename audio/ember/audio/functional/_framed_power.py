@@ -8,6 +8,7 @@ so consecutive filters are grouped with the band of bins they use (``band_groups
 small GEMMs over their bands instead of one dense one. Nothing full-size is materialised but
 the output, and only the few edge frames that reach into the padding copy their samples.
 Inference only (``out=`` ops); callers keep the differentiable torch.stft path for autograd.
+float32 blocks go through the native kernel of :mod:`_stft_native` where it is available.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ember.audio._workers import run_units, scratch
+from ember.audio.functional import _stft_native
 
 __all__ = ["BLOCK_FRAMES", "PAD_MODES", "band_groups", "stft_power_project"]
 
@@ -52,12 +54,13 @@ def _segment(row: Tensor, start: int, stop: int, pad: int, center_pad: int,
 
 def _padding(row: Tensor, start: int, stop: int, pad: int, center_pad: int,
              pad_mode: str) -> Tensor:
-    """Padded samples ``start:stop`` that lie outside the row, gathered by index."""
-    length = row.shape[0]
+    """Padded samples ``start:stop`` that lie outside the row (or each row of a batch, along
+    the last dim), gathered by index."""
+    length = row.shape[-1]
     j = torch.arange(start - center_pad, stop - center_pad)  # index after the zero pad
     j = PAD_MODES[pad_mode](j, length + 2 * pad) - pad  # then into the row itself
     inside = (j >= 0) & (j < length)
-    return torch.where(inside, row[j.clamp(0, length - 1)], row.new_zeros(()))
+    return torch.where(inside, row[..., j.clamp(0, length - 1)], row.new_zeros(()))
 
 
 def band_groups(projection: Tensor) -> list[tuple[int, int, int, int]]:
@@ -104,6 +107,9 @@ def stft_power_project(waveform: Tensor, window: Tensor, n_fft: int, hop_length:
     full_window = window.new_zeros(n_fft, dtype=dtype)
     full_window[left:left + window.shape[0]] = window
     projection = projection.to(dtype)
+    if _stft_native.available(n_fft, dtype):
+        return _native(waveform.contiguous(), full_window, n_fft, hop_length, pad, center_pad,
+                       pad_mode, projection.contiguous(), n_frames)
     pairs = projection.repeat_interleave(2, dim=1)  # column k twice: for re^2 and im^2
     groups = [(m0, m1, 2 * lo, 2 * hi) for m0, m1, lo, hi in band_groups(projection)]
     out = waveform.new_empty(rows, projection.shape[0], n_frames)
@@ -127,6 +133,29 @@ def stft_power_project(waveform: Tensor, window: Tensor, n_fft: int, hop_length:
                 torch.mm(pairs[m0:m1, c0:c1], squares[:, c0:c1].t(), out=dest[m0:m1])
             else:
                 dest[m0:m1].zero_()
+
+    run_units(unit, rows * blocks)
+    return out
+
+
+def _native(waveform: Tensor, window: Tensor, n_fft: int, hop_length: int, pad: int,
+            center_pad: int, pad_mode: str, projection: Tensor, n_frames: int) -> Tensor:
+    """:func:`stft_power_project` through the native kernel, frame blocks as work units."""
+    rows, length = waveform.shape
+    edge = pad + center_pad  # padded samples on each side
+    padded = length + 2 * edge
+    lo, hi = _stft_native.bands(projection)
+    out = waveform.new_empty(rows, projection.shape[0], n_frames)
+    lefts = _padding(waveform, 0, edge, pad, center_pad, pad_mode).contiguous()
+    rights = _padding(waveform, edge + length, padded, pad, center_pad, pad_mode).contiguous()
+    blocks = -(-n_frames // BLOCK_FRAMES)
+
+    def unit(i: int) -> None:
+        r, b = divmod(i, blocks)
+        f0 = b * BLOCK_FRAMES
+        _stft_native.frames_power_project(waveform[r], lefts[r], rights[r], window, n_fft,
+                                          hop_length, f0, min(n_frames, f0 + BLOCK_FRAMES),
+                                          projection, lo, hi, out[r])
 
     run_units(unit, rows * blocks)
     return out

@@ -164,4 +164,7 @@ def run(quick: bool = False) -> BenchResult:
                         f"threads would tax the next)")
     result.notes.append("MelSpectrogram peer settings: htk=True, norm=None, pad_mode='reflect' "
                         "(ember's defaults; librosa's own default pad_mode is 'constant')")
+    result.notes.append("ember's float32 CPU MelSpectrogram: one native pass per block of frames "
+                        "(window, real FFT of 16 frames at a time across SIMD lanes, power, "
+                        "band-limited mel sums); librosa: numpy FFT, dense filterbank product")
     return result
