@@ -68,3 +68,41 @@ def test_values_shared_with_the_final_pass_stay_exact(ecompile, fn):
     for o, r in zip(outs, refs):
         tol = 1e-2 if r.dtype == torch.bfloat16 else 1e-4
         torch.testing.assert_close(o, r, equal_nan=True, atol=tol, rtol=tol)
+
+
+def _loops(code: str) -> list[str]:
+    """The bodies of the innermost ``omp simd`` loops of generated C++, in order."""
+    return [part.split("\n    }")[0] for part in code.split("#pragma omp simd")[1:]]
+
+
+def test_softmax_sums_exp_in_a_loop_of_its_own(ecompile, output_code):
+    fn = lambda x: torch.softmax(x, -1)
+    x = _rows()
+    torch.testing.assert_close(ecompile(fn)(x), fn(x), equal_nan=True)
+    code = "\n".join(output_code).split("wrapper:")[0]
+    loops = _loops(code)
+    exp_loop = next(b for b in loops if "std::exp" in b)
+    assert "reduction" not in exp_loop.split("\n")[0]  # no accumulator lives across the call
+    assert any("reduction(+" in b.split("\n")[0] and "std::exp" not in b for b in loops)
+
+
+@pytest.mark.parametrize("fn, shape", [
+    (lambda x: torch.softmax(x, 0), (5000,)),  # one row: the fused parallel loop stays
+    (lambda x: torch.softmax(x * 3, -1), (7, 33)),
+    (lambda x: torch.softmax(x.double(), -1), (6, 300)),
+    (lambda x: (lambda e: e / e.sum((-2, -1), keepdim=True))(
+        torch.exp(x - x.amax((-2, -1), keepdim=True))), (3, 40, 50)),
+    (lambda x: torch.sigmoid(x).sum(-1, keepdim=True) * torch.sigmoid(x), (6, 300)),
+    (lambda x: (torch.exp(x).to(torch.bfloat16), torch.exp(x).sum(-1)), (6, 300)),
+])
+def test_reductions_reread_from_the_stored_row_match_eager(ecompile, fn, shape):
+    x = torch.randn(shape)
+    if x.dim() == 2 and x.shape[1] > 10:
+        x[1, 3], x[3, 7] = float("nan"), float("inf")
+        x[2, :] = float("-inf")
+    out, ref = ecompile(fn)(x), fn(x)
+    outs = out if isinstance(out, tuple) else (out,)
+    refs = ref if isinstance(ref, tuple) else (ref,)
+    for o, r in zip(outs, refs):
+        tol = 1e-2 if r.dtype == torch.bfloat16 else 1e-5
+        torch.testing.assert_close(o, r, equal_nan=True, atol=tol, rtol=tol)

