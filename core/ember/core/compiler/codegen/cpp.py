@@ -576,7 +576,9 @@ def _emit_stage(body: _Body, st, buffers, stored, inner_parallel: bool, cond: st
     moved = {it.var for it in later}
     _emit_loop(body, st.rsizes, [it for it in st.items if it.var not in moved or
                                  it.kind != "reduce"], stored, inner_parallel, cond)
-    if later:
+    if later and len(rs) == 1 and all(it.node.rtype == "sum" for it in later):
+        _emit_lane_sums(body, rs[0], st.rsizes[0], later)
+    elif later:
         _emit_loop(body, st.rsizes, later, stored, inner_parallel, cond)
     for it in reds:
         dt = it.node.acc_dtype
@@ -585,6 +587,41 @@ def _emit_stage(body: _Body, st, buffers, stored, inner_parallel: bool, cond: st
         if it.node.buf.name in stored:
             flat = _flat_outer(len(it.node.buf.size), it.node.buf.size)
             body.line(_store(it.node.buf, flat, it.var))
+
+
+LANES = 64  # partial sums of a re-read row: four AVX-512 vectors, four independent adds
+
+
+def _emit_lane_sums(body: _Body, r, size, items) -> None:
+    """Sums of a row re-read from cache, as LANES partial sums added pairwise at the end: one
+    vector accumulator would make the loop wait on each add's latency."""
+    n = index_str(size)
+    b, j = (sympy.Symbol(v, integer=True, nonnegative=True) for v in ("e_b", "e_j"))
+    for it in items:
+        body.line(f"{ctype(it.node.acc_dtype)} {it.var}_l[{LANES}] = {{}};")
+    body.line(f"const int64_t e_nb = {n} / {LANES} * {LANES};")
+    saved = body.open(f"for (int64_t e_b = 0; e_b < e_nb; e_b += {LANES})")
+    body.line("#pragma omp simd")
+    inner = body.open(f"for (int64_t e_j = 0; e_j < {LANES}; ++e_j)")
+    for it in items:
+        load = it.expr[:3] + (it.expr[3].xreplace({r: b + j}),)
+        body.line(f"{it.var}_l[e_j] += {body.expr(load)};")
+    body.close(inner)
+    body.close(saved)
+    saved = body.open(f"for (int64_t e_w = {LANES // 2}; e_w >= 1; e_w /= 2)")
+    body.line("#pragma omp simd")
+    inner = body.open("for (int64_t e_j = 0; e_j < e_w; ++e_j)")
+    for it in items:
+        body.line(f"{it.var}_l[e_j] += {it.var}_l[e_j + e_w];")
+    body.close(inner)
+    body.close(saved)
+    for it in items:
+        body.line(f"{it.var} += {it.var}_l[0];")
+    body.line(f"#pragma omp simd {' '.join(f'reduction(+:{it.var})' for it in items)}")
+    saved = body.open(f"for (int64_t {r} = e_nb; {r} < {n}; ++{r})")
+    for it in items:
+        body.line(f"{it.var} += {body.expr(it.expr)};")
+    body.close(saved)
 
 
 def _emit_loop(body: _Body, rsizes, items, stored, inner_parallel: bool, cond: str) -> None:
