@@ -94,6 +94,8 @@ def test_softmax_sums_exp_in_a_loop_of_its_own(ecompile, output_code):
         torch.exp(x - x.amax((-2, -1), keepdim=True))), (3, 40, 50)),
     (lambda x: torch.sigmoid(x).sum(-1, keepdim=True) * torch.sigmoid(x), (6, 300)),
     (lambda x: (torch.exp(x).to(torch.bfloat16), torch.exp(x).sum(-1)), (6, 300)),
+    (lambda x: (torch.exp(x), torch.exp(x).sum(-1)), (6, 300)),
+    (lambda x: (torch.exp(x.double()), torch.exp(x.double()).sum(-1)), (5, 64)),
 ])
 def test_reductions_reread_from_the_stored_row_match_eager(ecompile, fn, shape):
     x = torch.randn(shape)
