@@ -108,3 +108,10 @@ def test_reductions_reread_from_the_stored_row_match_eager(ecompile, fn, shape):
     for o, r in zip(outs, refs):
         tol = 1e-2 if r.dtype == torch.bfloat16 else 1e-5
         torch.testing.assert_close(o, r, equal_nan=True, atol=tol, rtol=tol)
+
+
+def test_reread_row_sum_with_symbolic_row_length(ecompile):
+    fn = ecompile(lambda x: torch.softmax(x, -1), dynamic=True)
+    for shape in [(3, 100), (4, 64), (2, 1), (5, 1000), (0, 7)]:
+        x = torch.randn(shape)
+        torch.testing.assert_close(fn(x), torch.softmax(x, -1))
