@@ -143,14 +143,27 @@ def test_run_units_reraises_a_units_error(two_threads):
     assert torch.get_num_threads() == 2
 
 
-def test_spare_cores_counts_other_runnable_threads(monkeypatch):
+def test_spare_cores_counts_other_processes_runnable_threads(monkeypatch):
     monkeypatch.setattr(_workers, "_CORES", 4)
-    for runnable, spare in ((1, 4), (2, 3), (4, 1), (40, 1)):
+    for busy, spare in ((0, 4), (1, 3), (3, 1), (39, 1)):
         monkeypatch.setattr(_workers, "_spare", (-1.0, 0))  # no cached reading
-        monkeypatch.setattr(_workers, "_runnable", lambda r=runnable: r)
+        monkeypatch.setattr(_workers, "_busy_elsewhere", lambda b=busy: b)
         assert _workers.spare_cores() == spare
     monkeypatch.undo()
     assert 1 <= _workers.spare_cores() <= _workers._CORES
+
+
+def test_own_spinning_threads_are_not_busy_elsewhere():
+    stop = threading.Event()
+    spinner = threading.Thread(target=lambda: [None for _ in iter(stop.is_set, True)])
+    spinner.start()  # a thread of ours in state R, like an OpenMP worker spinning
+    try:
+        here = max(_workers._runnable_here() for _ in range(50))
+        assert here >= 1
+        assert 0 <= _workers._busy_elsewhere() <= _workers._CORES * 64
+    finally:
+        stop.set()
+        spinner.join()
 
 
 def test_run_units_on_a_busy_machine_uses_one_worker(monkeypatch):

@@ -64,21 +64,39 @@ _SPARE_TTL = 0.01  # seconds a reading of the run queue is reused
 _spare = (-1.0, 1)  # (time read, spare cores)
 
 
-def _runnable() -> int:
-    """Threads runnable right now, the caller included (1 where Linux's count is missing)."""
+def _runnable_here() -> int:
+    """This process's threads in state R: the caller, and OpenMP/BLAS workers still spinning
+    after their last parallel region (they go to sleep on their own within milliseconds)."""
+    n = 0
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+                    n += f.read().rsplit(b")", 1)[1].split()[0] == b"R"
+            except (OSError, IndexError):
+                pass
+    except OSError:
+        return 1
+    return max(1, n)
+
+
+def _busy_elsewhere() -> int:
+    """Runnable threads of other processes right now (0 where Linux's counts are missing)."""
     try:
         with open("/proc/loadavg", "rb") as f:
-            return int(f.read().split()[3].split(b"/")[0])
+            runnable = int(f.read().split()[3].split(b"/")[0])
     except (OSError, ValueError, IndexError):
-        return 1
+        return 0
+    return max(0, runnable - _runnable_here())
 
 
 def spare_cores() -> int:
-    """Cores not taken by other runnable threads, at least 1 (read at most every 10 ms)."""
+    """Cores not taken by other processes' runnable threads, at least 1 (read at most every
+    10 ms). Our own spinning OpenMP/BLAS threads do not count: they yield soon."""
     global _spare
     now = time.monotonic()
     if now - _spare[0] >= _SPARE_TTL:
-        _spare = (now, max(1, (_CORES or 1) - max(0, _runnable() - 1)))
+        _spare = (now, max(1, (_CORES or 1) - _busy_elsewhere()))
     return _spare[1]
 
 
