@@ -96,6 +96,7 @@ def test_softmax_sums_exp_in_a_loop_of_its_own(ecompile, output_code):
     (lambda x: (torch.exp(x).to(torch.bfloat16), torch.exp(x).sum(-1)), (6, 300)),
     (lambda x: (torch.exp(x), torch.exp(x).sum(-1)), (6, 300)),
     (lambda x: (torch.exp(x.double()), torch.exp(x.double()).sum(-1)), (5, 64)),
+    (lambda x: torch.softmax(x, -1) + torch.softmax(x * 2, -1), (6, 300)),  # two in one row
 ])
 def test_reductions_reread_from_the_stored_row_match_eager(ecompile, fn, shape):
     x = torch.randn(shape)

@@ -589,6 +589,7 @@ def _emit_lane_sums(body: _Body, r, size, items) -> None:
     vector accumulator would make the loop wait on each add's latency."""
     n = index_str(size)
     b, j = (sympy.Symbol(v, integer=True, nonnegative=True) for v in ("e_b", "e_j"))
+    scope = body.open("")  # its own block: a row loop may hold several such sums
     for it in items:
         body.line(f"{ctype(it.node.acc_dtype)} {it.var}_l[{LANES}] = {{}};")
     body.line(f"const int64_t e_nb = {n} / {LANES} * {LANES};")
@@ -614,6 +615,7 @@ def _emit_lane_sums(body: _Body, r, size, items) -> None:
     for it in items:
         body.line(f"{it.var} += {body.expr(it.expr)};")
     body.close(saved)
+    body.close(scope)
 
 
 def _emit_loop(body: _Body, rsizes, items, stored, inner_parallel: bool, cond: str) -> None:
