@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import tempfile
@@ -109,7 +110,8 @@ def _resample_rows(librosa, n: int, seconds: float, rounds: int,
     return rows, f"Resample: max |ember - soxr_hq| away from the edges = {diff:.1e}"
 
 
-def _load_rows(n: int, seconds: float, rounds: int) -> tuple[list[list], str]:
+def _load_rows(n: int, seconds: float, rounds: int,
+               settle: float) -> tuple[list[list], str]:
     clips = _clips(n, seconds, SR, seed=2)
     with tempfile.TemporaryDirectory() as tmp:
         paths = []
@@ -126,7 +128,7 @@ def _load_rows(n: int, seconds: float, rounds: int) -> tuple[list[list], str]:
 
         assert all(np.array_equal(a[0].numpy(), b[0].T) for a, b in zip(ours(), peer()))
         t = compare_timings({"ember": ours, "soundfile": peer}, rounds=3 * rounds,
-                            min_seconds=0.3)
+                            min_seconds=0.3, settle=settle)
     task = f"load {n} WAV files (16-bit, {seconds:g} s, 16 kHz)"
     overhead = t["ember"] / t["soundfile"] - 1
     rows = [[task, "ember.audio.load", t["ember"] * 1e3, t["soundfile"] / t["ember"],
@@ -149,9 +151,12 @@ def run(quick: bool = False) -> BenchResult:
         f"round-robin rounds); ratio = peer time / ember time",
         ["task", "candidate", "ms", "speed-up", "target"])
     settle = 0.0 if quick else SETTLE
-    for rows, note in (_mel_rows(librosa, mel_n, mel_s, rounds, settle),
-                       _resample_rows(librosa, rs_n, rs_s, rounds, settle),
-                       _load_rows(ld_n, ld_s, rounds)):
+    tasks = (lambda: _mel_rows(librosa, mel_n, mel_s, rounds, settle),
+             lambda: _resample_rows(librosa, rs_n, rs_s, rounds, settle),
+             lambda: _load_rows(ld_n, ld_s, rounds, settle))
+    for task in tasks:
+        gc.collect()  # the previous task's garbage is not collected on the next one's time
+        rows, note = task()
         result.rows += rows
         result.notes.append(note)
     result.notes.append(f"torch threads: {torch.get_num_threads()}; ember's CPU MelSpectrogram "
