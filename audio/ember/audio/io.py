@@ -182,8 +182,7 @@ def _to_tensor(data: np.ndarray, subtype: str | None, normalize: bool,
         data = (data >> 8).astype(np.int8)
     elif not normalize and subtype == "PCM_U8":
         data = ((data >> 8) + 128).astype(np.uint8)
-    wav = torch.from_numpy(data)
-    return wav.t() if channels_first else wav
+    return torch.from_numpy(data.T if channels_first else data)  # one tensor, not two
 
 
 def _subtype(fmt: str, encoding: str | None, bits: int | None, dtype: torch.dtype) -> str | None:
