@@ -220,3 +220,34 @@ def test_rounding_division_of_16_bit_floats_is_exact(ecompile, dtype):
         b = (torch.randn(64, generator=gen) + 0.1).to(dtype)
         for o, r in zip(f(a, b), fn(a, b)):
             assert torch.equal(o, r)
+
+
+def _row_then_columns(x, w, b):
+    """A row reduction, a column reduction of its product, then a row pointwise use: the
+    last reads nothing the column sum makes, so it may join the row kernel."""
+    s = (x * w).sum(1, keepdim=True)
+    return (x * s).sum(0) + b, x * s + 1, s
+
+
+def _layer_norm_gelu_grads(x, w, b):
+    x = x.detach().requires_grad_()
+    w = w.detach().requires_grad_()
+    b = b.detach().requires_grad_()
+    y = F.layer_norm(F.gelu(x), x.shape[-1:], w, b)
+    return torch.autograd.grad((y * y.flip(0)).sum(), (x, w, b))
+
+
+_ROW_COLUMN = {
+    "row_then_columns": _row_then_columns,
+    "layer_norm_gelu_grads": _layer_norm_gelu_grads,
+    "centred_row_sum": lambda x, w, b: ((x - x.mean(1, keepdim=True)) * w).sum(-1) + b.sum(),
+}
+
+
+@pytest.mark.parametrize("name", list(_ROW_COLUMN))
+def test_fusion_across_row_and_column_reductions_matches_eager(ecompile, matches, name):
+    x = torch.randn(33, 70)
+    x[3, 5] = float("nan")
+    args = (x, torch.randn(70), torch.randn(70))
+    fn = _ROW_COLUMN[name]
+    matches(ecompile(fn)(*args), fn(*args), atol=1e-4, rtol=1e-4)

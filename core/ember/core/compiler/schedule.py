@@ -129,15 +129,21 @@ def build(nodes: list, outer: list, name: str = "kernel") -> Kernel:
     return Kernel(name, list(outer), stages, list(nodes))
 
 
-def _orientation(expr, x_last, r_last) -> set:
-    out = set()
-    for ld in _loads(expr):
-        e = sympy.expand(ld[3])
-        if r_last is not None and sympy.diff(e, r_last) == 1:
-            out.add("row")
-        elif sympy.diff(e, x_last) == 1:
-            out.add("column")
-    return out
+def _walk(index, x_last, rs: list) -> str | None:
+    """How a load moves through memory in a loop stage over reduction indices ``rs``: "row"
+    (unit stride along the innermost reduction index, moving with the outer one), "column"
+    (unit stride along the innermost outer index, moving with a reduction index), or None
+    for a load constant along one of the two (a per-row mean, a weight row): those read
+    well in either loop order."""
+    if not rs:
+        return None
+    e = sympy.expand(index)
+    dx = sympy.diff(e, x_last)
+    if sympy.diff(e, rs[-1]) == 1 and dx != 0:
+        return "row"
+    if dx == 1 and any(sympy.diff(e, r) != 0 for r in rs):
+        return "column"
+    return None
 
 
 def loads_walk_outer(k: Kernel) -> bool:
@@ -145,18 +151,13 @@ def loads_walk_outer(k: Kernel) -> bool:
     reduction index (a reduction across rows, e.g. sum over dim 0): code generators then loop
     over a block of outputs innermost instead of along the reduction."""
     x_last = ir.index_vars("x", len(k.outer))[-1]
-    along_x = along_r = 0
+    walks = set()
     for st in k.stages:
         if st.kind != "loop" or not st.rsizes:
             continue
-        r_last = ir.index_vars("r", len(st.rsizes))[-1]
-        for it in st.items:
-            for ld in ir.walk(it.expr):
-                if ld[0] == "load":
-                    e = sympy.expand(ld[3])
-                    along_r += sympy.diff(e, r_last) == 1
-                    along_x += sympy.diff(e, x_last) == 1
-    return along_x > 0 and along_r == 0
+        rs = ir.index_vars("r", len(st.rsizes))
+        walks |= {_walk(ld[3], x_last, rs) for it in st.items for ld in _loads(it.expr)}
+    return "column" in walks and "row" not in walks
 
 
 def _check_orientation(stages, x_last) -> None:
@@ -164,12 +165,12 @@ def _check_orientation(stages, x_last) -> None:
     that walk it along the outer index (columns): one of them would run strided."""
     seen = set()
     for st in stages:
-        r_last = ir.index_vars("r", len(st.rsizes))[-1] if st.rsizes else None
+        rs = ir.index_vars("r", len(st.rsizes)) if st.rsizes else []
         for it in st.items:
-            o = _orientation(it.expr, x_last, r_last)
-            if it.index is not None and r_last is not None:
-                o |= _orientation(("load", None, "", it.index), x_last, r_last)
-            seen |= o
+            seen |= {_walk(ld[3], x_last, rs) for ld in _loads(it.expr)}
+            if it.index is not None:
+                seen.add(_walk(it.index, x_last, rs))
+    seen.discard(None)
     if len(seen) > 1:
         raise Refused("mixes row-contiguous and column-contiguous loops")
 
@@ -273,15 +274,28 @@ def _rename_index(e, ren):
     return e
 
 
+LOOKAHEAD = 32  # later nodes tried for the open kernel when the next one is refused
+
+
 def schedule(nodes: list, output_names: set[str]) -> list:
-    """Greedy fusion in topological order -> list of Kernel and Extern steps."""
+    """Greedy fusion in topological order -> list of Kernel and Extern steps.
+
+    When the next node cannot join the open kernel, later nodes whose inputs are all
+    computed already (e.g. layer_norm backward's input gradient behind its weight-gradient
+    column sums) are tried first: a node moved earlier never runs before its producers."""
     readers: dict[str, set[int]] = {}
+    producer: dict[str, int] = {}
+    reads = [ir.node_reads(n) for n in nodes]
     for i, n in enumerate(nodes):
-        for b in ir.node_reads(n):
+        for b in reads[i]:
             readers.setdefault(b, set()).add(i)
+        for b in (n.outs if isinstance(n, Extern) else [n.buf]):
+            if b is not None:
+                producer[b.name] = i
     steps: list = []
     current: list = []
     current_ids: set[int] = set()
+    done: set[int] = set()
     kernel = None
 
     def close():
@@ -295,21 +309,43 @@ def schedule(nodes: list, output_names: set[str]) -> list:
             steps.append(_finalize(kernel, must))
         current, current_ids, kernel = [], set(), None
 
+    def ready(j):
+        return all(b not in producer or producer[b] in done for b in reads[j])
+
+    def pull_forward(start):
+        nonlocal current, current_ids, kernel
+        for j in range(start, min(len(nodes), start + LOOKAHEAD)):
+            if j in done or isinstance(nodes[j], Extern) or not ready(j):
+                continue
+            cand = current + [nodes[j]]
+            try:
+                kernel = build(cand, _outer_for(cand), f"kernel{len(steps)}")
+            except Refused:
+                continue
+            current, current_ids = cand, current_ids | {j}
+            done.add(j)
+
     for i, n in enumerate(nodes):
+        if i in done:
+            continue
         if isinstance(n, Extern):
             close()
             steps.append(n)
+            done.add(i)
             continue
         if current:
             cand = current + [n]
             try:
                 kernel = build(cand, _outer_for(cand), f"kernel{len(steps)}")
                 current, current_ids = cand, current_ids | {i}
+                done.add(i)
                 continue
             except Refused as e:
                 log.debug("not fusing %s into kernel%d: %s", n.buf.name, len(steps), e)
+                pull_forward(i + 1)
                 close()
         kernel = build([n], _outer_for([n]), f"kernel{len(steps)}")
         current, current_ids = [n], {i}
+        done.add(i)
     close()
     return steps

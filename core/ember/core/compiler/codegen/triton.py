@@ -367,6 +367,7 @@ def _emit_2d(k: Kernel, body: _Body, persistent: bool, index64: bool) -> None:
     base = dict(body.memo)
     prev_rsizes = None
     loop_no = {i: n for n, i in enumerate(_loop_stages(k))}
+    held = _held_in_registers(k) if persistent else set()
     for si, st in enumerate(k.stages):
         body.line(f"# stage {si}: {st.kind} over {st.rsizes}")
         if st.kind == "scalar":
@@ -409,7 +410,7 @@ def _emit_2d(k: Kernel, body: _Body, persistent: bool, index64: bool) -> None:
                     if buf.dtype in (torch.float16, torch.bfloat16):  # what a reload reads
                         v = body._tmp(f"{v}.to({TL[buf.dtype]}).to(tl.float32)")
                     body.forward.append((buf.name, it.index, v))
-                elif buf.name in k.stored:
+                if buf.name in k.stored and buf.name not in held:
                     body.store(buf, it.index, v)
                 continue
             dt = ir.compute_dtype(it.node.acc_dtype)
@@ -432,6 +433,28 @@ def _emit_2d(k: Kernel, body: _Body, persistent: bool, index64: bool) -> None:
                                                   ir.contiguous_strides(k.outer))),
                            sympy.Integer(0))
                 body.store(it.node.buf, flat, it.var)
+
+
+def _held_in_registers(k: Kernel) -> set[str]:
+    """Buffers a persistent kernel keeps in registers instead of storing: not needed outside
+    the kernel and read only within their own run of loop stages over the same sizes (a
+    stage over other sizes in between starts a new tile and drops the registers)."""
+    run, runs, prev = -1, {}, None
+    for si, st in enumerate(k.stages):
+        if st.kind != "loop" or prev is None or not ir.same_sizes(prev, st.rsizes):
+            run += 1
+        runs[si] = run
+        prev = st.rsizes if st.kind == "loop" else None
+    made, read_in = {}, {}
+    for si, st in enumerate(k.stages):
+        for it in st.items:
+            if it.kind == "store":
+                made[it.node.buf.name] = runs[si]
+            for x in ir.walk(it.expr):
+                if x[0] == "load":
+                    read_in.setdefault(x[2], set()).add(runs[si])
+    return {b for b, r in made.items()
+            if b not in k.must_store and read_in.get(b, set()) <= {r}}
 
 
 def _signature(k: Kernel):

@@ -1,0 +1,46 @@
+"""Scheduling decisions that change how many passes over memory a graph takes."""
+
+import torch
+import torch.nn.functional as F
+
+
+def _kernels(output_code) -> int:
+    return "\n".join(output_code).split("wrapper:")[0].count('extern "C" void kernel')
+
+
+def test_per_row_operands_do_not_split_a_row_kernel(ecompile, output_code):
+    # (x - mean[:, None]) * rstd[:, None] then a row sum: the per-row operands are loop
+    # invariants, not a column walk, so it is one kernel
+    fn = lambda x, m, r: ((x - m) * r * 2).sum(-1)
+    args = (torch.randn(64, 128), torch.randn(64, 1), torch.rand(64, 1))
+    torch.testing.assert_close(ecompile(fn)(*args), fn(*args))
+    assert _kernels(output_code) == 1
+
+
+def test_row_work_behind_a_column_sum_joins_the_row_kernel(ecompile, output_code):
+    def fn(x):
+        s = x.sum(1, keepdim=True)
+        return (x * s).sum(0), x * s + 1
+
+    x = torch.randn(64, 128)
+    out, ref = ecompile(fn)(x), fn(x)
+    for o, r in zip(out, ref):
+        torch.testing.assert_close(o, r, atol=1e-4, rtol=1e-4)
+    assert _kernels(output_code) == 2  # rows: s and x*s+1; columns: the sum over dim 0
+
+
+def test_layer_norm_backward_is_one_row_pass_and_one_column_pass(ecompile, output_code):
+    w, b = torch.randn(256, requires_grad=True), torch.randn(256, requires_grad=True)
+
+    def fn(x):
+        return F.layer_norm(x, (256,), w, b).sum()
+
+    x = torch.randn(32, 256, requires_grad=True)
+    ecompile(fn)(x).backward()
+    grads = (x.grad, w.grad, b.grad)
+    x.grad = w.grad = b.grad = None
+    fn(x).backward()
+    for g, r in zip(grads, (x.grad, w.grad, b.grad)):
+        torch.testing.assert_close(g, r, atol=1e-4, rtol=1e-4)
+    backward = "\n".join(output_code).split("wrapper:")[1]
+    assert backward.count('extern "C" void kernel') == 2
