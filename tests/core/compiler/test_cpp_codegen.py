@@ -113,3 +113,14 @@ def test_reread_row_sum_with_symbolic_row_length(ecompile):
     for shape in [(3, 100), (4, 64), (2, 1), (5, 1000), (0, 7)]:
         x = torch.randn(shape)
         torch.testing.assert_close(fn(x), torch.softmax(x, -1))
+
+
+def test_inline_float_erf_is_accurate_and_keeps_special_values(ecompile):
+    x = torch.cat([torch.linspace(-6, 6, 100_001),
+                   torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-30])])
+    out = ecompile(torch.erf)(x)
+    ref = torch.erf(x.double())
+    finite = ~torch.isnan(ref)
+    assert (out.double() - ref)[finite].abs().max() < 5e-7
+    assert torch.isnan(out[-6]) and out[-5] == 1 and out[-4] == -1
+    assert out[-2].item() == 0.0 and torch.signbit(out[-2]) and out[-1] > 0
