@@ -251,3 +251,21 @@ def test_fusion_across_row_and_column_reductions_matches_eager(ecompile, matches
     args = (x, torch.randn(70), torch.randn(70))
     fn = _ROW_COLUMN[name]
     matches(ecompile(fn)(*args), fn(*args), atol=1e-4, rtol=1e-4)
+
+
+_SKINNY = {  # (M, K, N): one of them small enough for the loop-reduction matmul, or none
+    "small_n": (37, 70, 10), "small_k": (33, 9, 65), "small_m": (5, 80, 70),
+    "all_big": (20, 24, 18),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("shape", list(_SKINNY))
+def test_skinny_matmuls_match_eager(ecompile, matches, shape, dtype):
+    m, k, n = _SKINNY[shape]
+    a, b = torch.randn(m, k).to(dtype), torch.randn(n, k).to(dtype).t()  # b non-contiguous
+    bias = torch.randn(n).to(dtype)
+    fn = lambda a, b, bias: (a @ b, torch.addmm(bias, a, b), torch.addmm(bias, a, b, beta=0.5),
+                             F.relu(a @ b) * 2)
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
+    matches(ecompile(fn)(a, b, bias), fn(a, b, bias), atol=tol, rtol=tol)

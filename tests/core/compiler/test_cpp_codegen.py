@@ -137,3 +137,12 @@ def test_float_exp_keeps_glibc_accuracy_overflow_and_denormals(ecompile):
     assert (out.double() - exact).abs()[exact <= 1.2e-38].max() < 3e-45  # denormals
     for test in (torch.isnan, torch.isinf, lambda t: t == 0):
         assert torch.equal(test(out), test(ref))
+
+
+def test_skinny_matmul_is_a_loop_kernel_and_big_ones_stay_in_blas(ecompile, output_code):
+    fn = lambda a, w, v: (torch.nn.functional.linear(a, w), a @ v)
+    a, w, v = torch.randn(64, 48), torch.randn(10, 48), torch.randn(48, 40)
+    torch.testing.assert_close(ecompile(fn)(a, w, v), fn(a, w, v), atol=1e-4, rtol=1e-4)
+    wrapper = "\n".join(output_code).split("wrapper:")[1]
+    externs = [ln for ln in wrapper.splitlines() if "= c" in ln and "(*(" in ln]
+    assert len(externs) == 1  # a @ v (no dimension <= 16) is the one BLAS call
