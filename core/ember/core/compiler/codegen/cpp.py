@@ -413,8 +413,13 @@ def _emit_column(body: _Body, k: Kernel, buffers, cond: str | None) -> None:
         saved.append(body.open(f"for (int64_t {x} = 0; {x} < {index_str(sz)}; ++{x})"))
     saved.append(body.open(f"for (int64_t xb = 0; xb < {last}; xb += {COLUMN_BLOCK})"))
     body.line(f"const int64_t xe = (xb + {COLUMN_BLOCK} < {last}) ? xb + {COLUMN_BLOCK} : {last};")
-    slot = f"[{xl} - xb]"
     reds = [it for st in k.stages for it in st.items if it.kind == "reduce"]
+    if _short_reductions(k):
+        _emit_lanes_outer(body, k, xl, reds)
+        for sv in reversed(saved):
+            body.close(sv)
+        return
+    slot = f"[{xl} - xb]"
     for it in reds:
         dt = it.node.acc_dtype
         body.line(f"{ctype(dt)} {it.var}[{COLUMN_BLOCK}];")
@@ -453,6 +458,51 @@ def _emit_column(body: _Body, k: Kernel, buffers, cond: str | None) -> None:
             body.close(sv)
     for sv in reversed(saved):
         body.close(sv)
+
+
+SHORT_REDUCTION = 16
+
+
+def _short_reductions(k: Kernel) -> bool:
+    """Every loop stage reduces over at most SHORT_REDUCTION static elements (a matmul with
+    a small K): lanes over outputs outermost then keep each accumulator in a register."""
+    sizes = [_static(ir.numel(st.rsizes)) for st in k.stages if st.kind == "loop"]
+    return bool(sizes) and all(n is not None and n <= SHORT_REDUCTION for n in sizes)
+
+
+def _emit_lanes_outer(body: _Body, k: Kernel, xl, reds: list) -> None:
+    """One SIMD loop over the block of outputs; inside it each stage's short inner loops
+    update scalar accumulators (vector registers once vectorized)."""
+    body.line("#pragma omp simd")
+    lane = body.open(f"for (int64_t {xl} = xb; {xl} < xe; ++{xl})")
+    for it in reds:
+        dt = it.node.acc_dtype
+        body.line(f"{ctype(dt)} {it.var} = {_init(it.node.rtype, dt)};")
+        body.line(f"int {it.var}_nan = 0;")
+        body.names[it.var] = it.var
+    for st in k.stages:
+        rs = ir.index_vars("r", len(st.rsizes)) if st.kind == "loop" else []
+        inner = [body.open(f"for (int64_t {r} = 0; {r} < {index_str(sz)}; ++{r})")
+                 for r, sz in zip(rs, st.rsizes)]
+        for it in st.items:
+            v = body.expr(it.expr)
+            if it.kind == "store":
+                if it.node.buf.name in k.stored:
+                    body.line(_store(it.node.buf, it.index, v))
+                continue
+            _update(body, it, it.var, v)
+        for sv in reversed(inner):
+            body.close(sv)
+        for it in st.items:
+            if it.kind != "reduce":
+                continue
+            if it.node.rtype in ("max", "min") and it.node.acc_dtype.is_floating_point:
+                body.line(f"if ({it.var}_nan) {it.var} = "
+                          f"static_cast<{ctype(it.node.acc_dtype)}>(NAN);")
+            if it.node.buf.name in k.stored:
+                flat = _flat_outer(len(it.node.buf.size), it.node.buf.size)
+                body.line(_store(it.node.buf, flat, it.var))
+    body.close(lane)
 
 
 def _update(body: _Body, it, acc: str, v: str) -> None:
