@@ -269,3 +269,42 @@ def test_skinny_matmuls_match_eager(ecompile, matches, shape, dtype):
                              F.relu(a @ b) * 2)
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
     matches(ecompile(fn)(a, b, bias), fn(a, b, bias), atol=tol, rtol=tol)
+
+
+def test_short_column_reductions_keep_nan_and_inf(ecompile, matches):
+    # over at most 16 rows: the C++ code runs lanes over columns with register accumulators
+    x = torch.randn(7, 300)
+    x[2, 5], x[0, 9], x[6, 9], x[3, 11] = float("nan"), float("inf"), float("-inf"), float("inf")
+    fn = lambda x: (x.amax(0), x.amin(0), x.sum(0), (x * 2).prod(0), x.abs().amax(0) + 1)
+    matches(ecompile(fn)(x), fn(x))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_single_index_gather_matches_eager_and_checks_its_index(ecompile, matches, dim):
+    x = torch.randn(6, 7, 5)
+    x[1, 2, 3] = float("nan")
+    size = [6, 7, 5]
+    size[dim] = 1
+    index = torch.randint(0, x.shape[dim], size)
+    fn = lambda x, i: (torch.gather(torch.log_softmax(x * 2, dim), dim, i),
+                       torch.gather(x.to(torch.int64), dim, i))
+    compiled = ecompile(fn)
+    matches(compiled(x, index), fn(x, index))
+    for bad in (-1, x.shape[dim]):
+        wrong = index.clone()
+        wrong.view(-1)[3] = bad
+        with pytest.raises((IndexError, RuntimeError)):
+            fn(x, wrong)
+        with pytest.raises(IndexError, match="outside"):
+            compiled(x, wrong)
+
+
+def test_cross_entropy_through_the_fused_gather_keeps_ignore_index(ecompile, matches):
+    x, y = torch.randn(64, 30), torch.randint(0, 30, (64,))
+    y[::7] = -100
+    fn = lambda x, y: (F.cross_entropy(x, y), F.cross_entropy(x, y, reduction="none"),
+                       F.nll_loss(F.log_softmax(x, 1), y, reduction="sum"))
+    matches(ecompile(fn)(x, y), fn(x, y), atol=1e-5, rtol=1e-5)
+    y[5] = 30
+    with pytest.raises(IndexError):
+        ecompile(fn)(x, y)

@@ -146,3 +146,12 @@ def test_skinny_matmul_is_a_loop_kernel_and_big_ones_stay_in_blas(ecompile, outp
     wrapper = "\n".join(output_code).split("wrapper:")[1]
     externs = [ln for ln in wrapper.splitlines() if "= c" in ln and "(*(" in ln]
     assert len(externs) == 1  # a @ v (no dimension <= 16) is the one BLAS call
+
+
+def test_cross_entropy_reads_the_logits_once_and_writes_no_log_softmax(ecompile, output_code):
+    fn = lambda x, y: torch.nn.functional.cross_entropy(x, y)
+    x, y = torch.randn(64, 30), torch.randint(0, 30, (64,))
+    torch.testing.assert_close(ecompile(fn)(x, y), fn(x, y))
+    wrapper = "\n".join(output_code).split("wrapper:")[1]
+    assert "_empty((64, 30, )" not in wrapper  # no [64, 30] buffer
+    assert "= c" not in wrapper  # the gather is fused, no ATen call

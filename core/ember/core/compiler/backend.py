@@ -96,6 +96,7 @@ def _compile(gm: GraphModule, example_inputs, options: dict):
             if b is not None:
                 buffers[b.name] = b
     outputs = {o.buf.name for o in g.outputs if isinstance(o, StridedView)}
+    outputs |= {flag.buf.name for flag, _ in g.checks}
     steps = schedule(g.nodes, outputs)
     kernels = [s for s in steps if isinstance(s, Kernel)]
     if use_triton:
@@ -103,7 +104,7 @@ def _compile(gm: GraphModule, example_inputs, options: dict):
     else:
         libs, tu = cpp_kernels.load(steps, buffers, options)
     src, globs = WrapperBuilder(g.inputs, g.constants, g.outputs, device=g.device,
-                                options=options).generate(steps, libs, buffers)
+                                options=options, checks=g.checks).generate(steps, libs, buffers)
     if output_log.isEnabledFor(logging.INFO):
         output_log.info("generated %s:\n%s\nwrapper:\n%s", "Triton" if use_triton else "C++",
                         tu, src)

@@ -625,6 +625,52 @@ def _addmm(ctx, bias, a, b, *, beta=1, alpha=1):
     return pointwise(ctx, "add", bias, mm)
 
 
+# ---------------------------------------------------------------- gather of one element
+
+@register(aten.gather)
+def _gather(ctx, x, dim, index, *, sparse_grad=False):
+    """gather with one index per output along ``dim`` (nll_loss / cross-entropy picking the
+    target's log-probability) as a row reduction selecting ``r == index``: fused into the
+    producer's row loops, so e.g. log_softmax is never written out. An index outside
+    [0, size) raises IndexError after the kernels, as eager does before."""
+    n = len(x.size)
+    dim = _norm_dim(dim, n)
+    if ctx.graph.device != "cpu" or len(index.size) != n or \
+            not ir.same(index.size[dim], sympy.Integer(1)) or \
+            not all(ir.same(index.size[d], x.size[d]) for d in range(n) if d != dim):
+        raise Decline
+    size = list(index.size)
+    size[dim] = x.size[dim]
+    # int32 compares vectorize twice as wide; an index that wraps is caught by the check
+    it = torch.int32 if _static_below(x.size[dim], 2 ** 31) else torch.int64
+
+    def at(i):
+        j = list(i)
+        j[dim] = sympy.Integer(0)
+        return op("eq", torch.bool, ("index", it, i[dim]), cast(index.load(j), it))
+
+    acc = compute_dtype(x.dtype)
+    picked = Lazy(x.dtype, size, lambda i: op("where", acc, at(i), cast(x.load(i), acc),
+                                              const(0, acc)))
+    out = reduce(ctx, picked, [dim], True, "sum", x.dtype, acc)
+
+    def outside(i):
+        v = cast(index.load(i), torch.int64)
+        return op("logical_or", torch.bool, op("lt", torch.bool, v, const(0, torch.int64)),
+                  op("ge", torch.bool, v, _scalar_expr(x.size[dim], torch.int64)))
+
+    flag = reduce(ctx, Lazy(torch.bool, list(index.size), outside), None, False, "any",
+                  torch.bool, torch.bool)
+    ctx.graph.checks.append((flag, f"gather: an index along dim {dim} is outside "
+                                   f"[0, {x.size[dim]})"))
+    return out
+
+
+def _static_below(v, bound: int) -> bool:
+    v = sympy.sympify(v)
+    return bool(v.is_Integer) and int(v) < bound
+
+
 def _dims_arg(dims):
     if dims is None:
         return None
@@ -701,6 +747,8 @@ class GraphLowering:
         self.constants: dict[str, torch.Tensor] = {}
         self.outputs: list = []
         self.fallback_ops: list[str] = []
+        # (bool scalar buffer, message): the wrapper raises IndexError when one is true
+        self.checks: list = []
         self.reductions: dict = {}  # (value id, dims, type, dtypes) -> (value, buffer)
         self._count = 0
         self.env: dict[FxNode, object] = {}

@@ -50,8 +50,9 @@ class WrapperBuilder:
     """Generates ``call(args)`` for one graph."""
 
     def __init__(self, inputs: list, constants: dict, outputs: list, device: str = "cpu",
-                 options: dict | None = None):
+                 options: dict | None = None, checks: list | None = None):
         self.inputs, self.constants, self.outputs = inputs, constants, outputs
+        self.checks = checks or []  # (bool scalar view, message): raise IndexError if true
         # a tuned kernel re-runs on its real arguments: none of them may be overwritten
         self.inplace = not modes.tunes_kernels(options)
         self.device = "" if device == "cpu" else f", device={device!r}"  # allocations
@@ -162,6 +163,8 @@ class WrapperBuilder:
                     key = f"{_tup(b.size)}{_tup(b.stride)}{b.dtype}"
                     pool.setdefault(key, []).append(n)
                     reusable.discard(n)
+        for flag, message in self.checks:
+            self.lines.append(f"if {self._arg(flag)}.item(): raise IndexError({message!r})")
         rets = []
         for o in self.outputs:
             rets.append("None" if o is None else self._arg(o))
