@@ -155,3 +155,16 @@ def test_cross_entropy_reads_the_logits_once_and_writes_no_log_softmax(ecompile,
     wrapper = "\n".join(output_code).split("wrapper:")[1]
     assert "_empty((64, 30, )" not in wrapper  # no [64, 30] buffer
     assert "= c" not in wrapper  # the gather is fused, no ATen call
+
+
+def test_inference_linears_use_onednn_and_training_keeps_mkl(ecompile, output_code):
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("torch built without oneDNN")
+    m = torch.nn.Sequential(torch.nn.Linear(40, 64), torch.nn.GELU(), torch.nn.Linear(64, 24))
+    x = torch.randn(32, 40)
+    with torch.no_grad():
+        torch.testing.assert_close(ecompile(m)(x), m(x), atol=1e-5, rtol=1e-5)
+    assert "_linear_pointwise" in "\n".join(output_code)
+    output_code.clear()
+    ecompile(m)(x).sum().backward()
+    assert "_linear_pointwise" not in "\n".join(output_code)

@@ -81,7 +81,8 @@ def _compile(gm: GraphModule, example_inputs, options: dict):
         from ember.core.compiler.codegen import triton as triton_codegen
 
         device = triton_codegen.check_device(device)
-    g = GraphLowering(gm, device=device if use_triton else "cpu")
+    g = GraphLowering(gm, device=device if use_triton else "cpu",
+                      inference=bool(options.get("inference")))
     g.run()
     for name in g.fallback_ops:
         capture.record_fallback(name)
@@ -127,15 +128,21 @@ def _make_aot(options: dict):
     fw = functools.partial(compile_graph, options=options)
 
     def fw_compiler(gm, example_inputs):
-        log.info("forward/inference graph: %d nodes", len(gm.graph.nodes))
+        log.info("forward graph: %d nodes", len(gm.graph.nodes))
         return fw(gm, example_inputs)
 
     def bw_compiler(gm, example_inputs):
         log.info("backward graph: %d nodes", len(gm.graph.nodes))
         return fw(gm, example_inputs)
 
+    infer = functools.partial(compile_graph, options={**options, "inference": True})
+
+    def inference_compiler(gm, example_inputs):
+        log.info("inference graph: %d nodes", len(gm.graph.nodes))
+        return infer(gm, example_inputs)
+
     return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-                        inference_compiler=fw_compiler,
+                        inference_compiler=inference_compiler,
                         decompositions=decomposition_table(),
                         partition_fn=min_cut_rematerialization_partition,
                         keep_inference_input_mutations=True)

@@ -612,16 +612,51 @@ def _skinny_mm(ctx: Ctx, a, b) -> StridedView:
     return reduce(ctx, prod, [2], False, "sum", ctx.dtype, acc)
 
 
+def _onednn_linear(ctx: Ctx, a, b, bias) -> StridedView:
+    """``a @ b (+ bias)`` with ``b`` a transposed [N, K] weight (nn.Linear) on float32 CPU
+    tensors in an inference graph, through oneDNN's linear: 5-20% faster than MKL's sgemm
+    on this AMD machine ([256,512] @ [512,2048]: 2.8 vs 3.4-3.7 ms). In training graphs it
+    made the MLP+CE step 12% slower here (cause not found), so those keep MKL, as does
+    anything else (Decline)."""
+    if not ctx.graph.inference or ctx.graph.device != "cpu" or ctx.dtype != torch.float32 \
+            or not _onednn_available():
+        raise Decline
+    # only tensors already in memory: realizing a lazy operand here would copy it, where
+    # ATen's mm takes any strides
+    if not all(isinstance(t, StridedView) for t in (a, b, bias) if t is not None):
+        raise Decline
+    if not a.is_contiguous() or not ir.same(b.stride[0], sympy.Integer(1)) or \
+            not ir.same(b.stride[1], b.size[0]) or a.dtype != b.dtype:
+        raise Decline
+    weight = StridedView(b.buf, [b.size[1], b.size[0]], [b.stride[1], b.stride[0]], b.offset)
+    if bias is not None:
+        if len(bias.size) != 1 or not bias.is_contiguous() or bias.dtype != torch.float32:
+            raise Decline
+    return ctx.graph.extern_call(torch.ops.mkldnn._linear_pointwise.default,
+                                 (a, weight, bias, "none", [], ""), ctx.val)
+
+
+def _onednn_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn,
+                                                            "_linear_pointwise")
+
+
 @register(aten.mm)
 def _mm(ctx, a, b):
-    return _skinny_mm(ctx, a, b)
+    try:
+        return _skinny_mm(ctx, a, b)
+    except Decline:
+        return _onednn_linear(ctx, a, b, None)
 
 
 @register(aten.addmm)
 def _addmm(ctx, bias, a, b, *, beta=1, alpha=1):
     if beta != 1 or alpha != 1:
         raise Decline
-    mm = _skinny_mm(ctx, a, b)
+    try:
+        mm = _skinny_mm(ctx, a, b)
+    except Decline:
+        return _onednn_linear(ctx, a, b, bias)
     return pointwise(ctx, "add", bias, mm)
 
 
@@ -739,9 +774,10 @@ def _var(ctx, x, dims, correction=1, *, output_dtype=None):
 class GraphLowering:
     """Walks an FX graph, building IR nodes in topological order."""
 
-    def __init__(self, gm: GraphModule, device: str = "cpu"):
+    def __init__(self, gm: GraphModule, device: str = "cpu", inference: bool = False):
         self.gm = gm
         self.device = device  # kernels run on this device type (CUDA for Triton codegen)
+        self.inference = inference  # no backward will follow (AOT's inference graph)
         self.nodes: list = []
         self.inputs: list = []  # (placeholder position, Buffer | sympy.Symbol | None)
         self.constants: dict[str, torch.Tensor] = {}
@@ -868,6 +904,15 @@ class GraphLowering:
             if ops > 64 or (users > 1 and (ops > 3 or users > 3 or costly)):
                 self.realize(out)
         return out
+
+    def extern_call(self, target, args: tuple, val) -> StridedView:
+        """An ATen call chosen by a lowering (not the node's own op) returning one tensor
+        shaped like ``val``; ``args`` hold realized views."""
+        reads = [a.buf for a in args if isinstance(a, StridedView)]
+        out = self.new_buffer(val.dtype, [sym(s) for s in val.shape],
+                              [sym(s) for s in val.stride()])
+        self.add(Extern(target, args, {}, [out], "single", False, reads))
+        return StridedView.of(out)
 
     def _extern(self, node: FxNode, args, kwargs, fallback: bool):
         reads: list[Buffer] = []

@@ -194,7 +194,7 @@ class WrapperBuilder:
     def _extern(self, step: Extern) -> None:
         op = self._const(step.op)
         kwargs = ", ".join(f"{k!r}: {self._arg(v)}" for k, v in step.kwargs.items())
-        call = f"{op}(*{self._arg(tuple(step.args))}, **{{{kwargs}}})"
+        call = f"{op}(*{self._arg(tuple(step.args))}, **{{{kwargs}}})  # {step.op}"
         outs = [b for b in step.outs]
         if step.out_tree == "single":
             self.lines.append(f"{outs[0].name} = {call}")
