@@ -308,3 +308,22 @@ def test_cross_entropy_through_the_fused_gather_keeps_ignore_index(ecompile, mat
     y[5] = 30
     with pytest.raises(IndexError):
         ecompile(fn)(x, y)
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_single_index_scatter_matches_eager_and_checks_its_index(ecompile, matches, dim):
+    x = torch.randn(6, 7)
+    size = [6, 7]
+    size[dim] = 1
+    index = torch.randint(0, x.shape[dim], size)
+    src = torch.randn(size)
+    fn = lambda x, i, s: (torch.scatter(x * 2, dim, i, -1.5), torch.scatter(x, dim, i, s) + 1,
+                          torch.zeros_like(x).scatter(dim, i, 1.0).sum(dim))
+    compiled = ecompile(fn)
+    matches(compiled(x, index, src), fn(x, index, src))
+    wrong = index.clone()
+    wrong.view(-1)[2] = x.shape[dim]
+    with pytest.raises((IndexError, RuntimeError)):
+        fn(x, wrong, src)
+    with pytest.raises(IndexError, match="outside"):
+        compiled(x, wrong, src)

@@ -688,17 +688,50 @@ def _gather(ctx, x, dim, index, *, sparse_grad=False):
     picked = Lazy(x.dtype, size, lambda i: op("where", acc, at(i), cast(x.load(i), acc),
                                               const(0, acc)))
     out = reduce(ctx, picked, [dim], True, "sum", x.dtype, acc)
+    _check_index(ctx, index, x.size[dim], f"gather: an index along dim {dim}")
+    return out
 
+
+@register(aten.scatter)
+def _scatter(ctx, x, dim, index, src=None, *, value=None, reduce=None):
+    """scatter of one element per row along ``dim`` (nll_loss backward writing -1 at the
+    target) as a pointwise select ``r == index ? src : x``: no copy of ``x``, no ATen call;
+    an index outside [0, size) raises IndexError after the kernels."""
+    n = len(x.size)
+    dim = _norm_dim(dim, n)
+    if value is not None:
+        src = value
+    if reduce is not None or ctx.graph.device != "cpu" or len(index.size) != n or \
+            not ir.same(index.size[dim], sympy.Integer(1)) or \
+            not all(ir.same(index.size[d], x.size[d]) for d in range(n) if d != dim) or \
+            (isinstance(src, TensorValue) and not all(
+                ir.same(src.size[d], index.size[d]) for d in range(n))):
+        raise Decline
+    it = torch.int32 if _static_below(x.size[dim], 2 ** 31) else torch.int64
+    cdt = compute_dtype(ctx.dtype)
+
+    def fn(i):
+        j = list(i)
+        j[dim] = sympy.Integer(0)
+        hit = op("eq", torch.bool, ("index", it, i[dim]), cast(index.load(j), it))
+        new = cast(src.load(j), cdt) if isinstance(src, TensorValue) else \
+            _scalar_expr(src, cdt)
+        return cast(op("where", cdt, hit, new, cast(x.load(i), cdt)), ctx.dtype)
+
+    _check_index(ctx, index, x.size[dim], f"scatter: an index along dim {dim}")
+    return Lazy(ctx.dtype, list(x.size), fn)
+
+
+def _check_index(ctx: Ctx, index, size, what: str) -> None:
+    """Flag (for the wrapper's IndexError) any element of ``index`` outside [0, size)."""
     def outside(i):
         v = cast(index.load(i), torch.int64)
         return op("logical_or", torch.bool, op("lt", torch.bool, v, const(0, torch.int64)),
-                  op("ge", torch.bool, v, _scalar_expr(x.size[dim], torch.int64)))
+                  op("ge", torch.bool, v, _scalar_expr(size, torch.int64)))
 
     flag = reduce(ctx, Lazy(torch.bool, list(index.size), outside), None, False, "any",
                   torch.bool, torch.bool)
-    ctx.graph.checks.append((flag, f"gather: an index along dim {dim} is outside "
-                                   f"[0, {x.size[dim]})"))
-    return out
+    ctx.graph.checks.append((flag, f"{what} is outside [0, {size})"))
 
 
 def _static_below(v, bound: int) -> bool:
