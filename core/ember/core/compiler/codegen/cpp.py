@@ -434,27 +434,12 @@ def _emit_column(body: _Body, k: Kernel, buffers, cond: str | None) -> None:
                  for r, sz in zip(rs, st.rsizes)]
         body.line("#pragma omp simd")
         inner.append(body.open(xloop))
-        for it in st.items:
-            v = body.expr(it.expr)
-            if it.kind == "store":
-                if it.node.buf.name in k.stored:
-                    body.line(_store(it.node.buf, it.index, v))
-                continue
-            acc = body.names[it.var]
-            _update(body, it, acc, v)
+        _emit_items(body, k, st)
         for sv in reversed(inner):
             body.close(sv)
-        done = [it for it in st.items if it.kind == "reduce"]
-        if done:
+        if any(it.kind == "reduce" for it in st.items):
             sv = body.open(xloop)
-            for it in done:
-                acc = body.names[it.var]
-                if it.node.rtype in ("max", "min") and it.node.acc_dtype.is_floating_point:
-                    body.line(f"if ({it.var}_nan{slot}) {acc} = "
-                              f"static_cast<{ctype(it.node.acc_dtype)}>(NAN);")
-                if it.node.buf.name in k.stored:
-                    flat = _flat_outer(len(it.node.buf.size), it.node.buf.size)
-                    body.line(_store(it.node.buf, flat, acc))
+            _finish_reductions(body, k, st, slot)
             body.close(sv)
     for sv in reversed(saved):
         body.close(sv)
@@ -484,25 +469,37 @@ def _emit_lanes_outer(body: _Body, k: Kernel, xl, reds: list) -> None:
         rs = ir.index_vars("r", len(st.rsizes)) if st.kind == "loop" else []
         inner = [body.open(f"for (int64_t {r} = 0; {r} < {index_str(sz)}; ++{r})")
                  for r, sz in zip(rs, st.rsizes)]
-        for it in st.items:
-            v = body.expr(it.expr)
-            if it.kind == "store":
-                if it.node.buf.name in k.stored:
-                    body.line(_store(it.node.buf, it.index, v))
-                continue
-            _update(body, it, it.var, v)
+        _emit_items(body, k, st)
         for sv in reversed(inner):
             body.close(sv)
-        for it in st.items:
-            if it.kind != "reduce":
-                continue
-            if it.node.rtype in ("max", "min") and it.node.acc_dtype.is_floating_point:
-                body.line(f"if ({it.var}_nan) {it.var} = "
-                          f"static_cast<{ctype(it.node.acc_dtype)}>(NAN);")
-            if it.node.buf.name in k.stored:
-                flat = _flat_outer(len(it.node.buf.size), it.node.buf.size)
-                body.line(_store(it.node.buf, flat, it.var))
+        _finish_reductions(body, k, st, "")
     body.close(lane)
+
+
+def _emit_items(body: _Body, k: Kernel, st) -> None:
+    """A column kernel stage's items: stores, and updates of the accumulators in
+    ``body.names``."""
+    for it in st.items:
+        v = body.expr(it.expr)
+        if it.kind == "store":
+            if it.node.buf.name in k.stored:
+                body.line(_store(it.node.buf, it.index, v))
+            continue
+        _update(body, it, body.names[it.var], v)
+
+
+def _finish_reductions(body: _Body, k: Kernel, st, slot: str) -> None:
+    """After a stage's loops: NaN-propagating max/min, then the stored reductions."""
+    for it in st.items:
+        if it.kind != "reduce":
+            continue
+        acc = body.names[it.var]
+        if it.node.rtype in ("max", "min") and it.node.acc_dtype.is_floating_point:
+            body.line(f"if ({it.var}_nan{slot}) {acc} = "
+                      f"static_cast<{ctype(it.node.acc_dtype)}>(NAN);")
+        if it.node.buf.name in k.stored:
+            flat = _flat_outer(len(it.node.buf.size), it.node.buf.size)
+            body.line(_store(it.node.buf, flat, acc))
 
 
 def _update(body: _Body, it, acc: str, v: str) -> None:
