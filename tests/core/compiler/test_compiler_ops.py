@@ -327,3 +327,18 @@ def test_single_index_scatter_matches_eager_and_checks_its_index(ecompile, match
         fn(x, wrong, src)
     with pytest.raises(IndexError, match="outside"):
         compiled(x, wrong, src)
+
+
+def _tensor_keywords(q, m, s, v, idx, d, lengths):
+    return (F.scaled_dot_product_attention(q, q, q, attn_mask=m),
+            F.scaled_dot_product_attention(q, q, q, attn_mask=m > 0),
+            torch.searchsorted(s, v, sorter=idx), torch.segment_reduce(d, "sum", lengths=lengths),
+            torch.pinverse(d.reshape(3, 2)))
+
+
+def test_tensor_keyword_arguments_of_extern_and_eager_calls(ecompile, matches):
+    """Optional[Tensor] keywords (attn_mask, sorter, lengths, atol) reach ATen as tensors."""
+    s = torch.randn(10)
+    args = (torch.randn(2, 4, 8, 16), torch.randn(2, 1, 8, 8), s, torch.randn(4), s.argsort(),
+            torch.randn(6), torch.tensor([2, 3, 1]))
+    matches(ecompile(_tensor_keywords)(*args), _tensor_keywords(*args), atol=1e-4, rtol=1e-4)

@@ -852,6 +852,8 @@ class GraphLowering:
             return self.env[a]
         if isinstance(a, (list, tuple)):
             return type(a)(self._arg(x) for x in a)
+        if isinstance(a, dict):
+            return {k: self._arg(v) for k, v in a.items()}
         if isinstance(a, (torch.SymInt, torch.SymFloat)):
             return sym(a)
         return a
