@@ -5,6 +5,12 @@ import torch
 
 from ember.core import set_logs
 from ember.core.compiler import compile as ember_compile
+from ember.core.compiler.runtime import isa
+
+# The codegen suites run at the CPU's own level and at AVX2 (x86-64-v3), so a machine with
+# AVX-512 proves the AVX2 path too (CI may land on either kind).
+ISA_LEVELS = ["native"] + (["x86-64-v3"] if isa.LEVELS["x86-64-v3"].needs <= isa.cpu_flags()
+                           else [])
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -14,6 +20,13 @@ def _kernel_cache(tmp_path_factory):
     mp.setenv("EMBER_CACHE_DIR", str(tmp_path_factory.mktemp("ember_cache")))
     yield
     mp.undo()
+
+
+@pytest.fixture(params=ISA_LEVELS)
+def isa_level(request, monkeypatch):
+    """Builds kernels for each level in ``ISA_LEVELS`` in turn (``EMBER_CPU_ISA``)."""
+    monkeypatch.setenv(isa.ENV, request.param)
+    return request.param
 
 
 @pytest.fixture

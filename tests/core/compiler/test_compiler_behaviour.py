@@ -57,6 +57,26 @@ def test_bad_arguments_raise():
         ember.core.compile(lambda x: x, options=3)
     with pytest.raises(TypeError, match="model"):
         ember.core.compile(42)
+    with pytest.raises(ValueError, match="unknown option 'strcit'.*cpu_isa, patterns, strict"):
+        ember.core.compile(lambda x: x, options={"strcit": True})
+    with pytest.raises(ValueError, match=r"options\['codegen'\] must be one of"):
+        ember.core.compile(lambda x: x, options={"codegen": "llvm"})
+    with pytest.raises(TypeError, match="dynamic must be True, False or None"):
+        ember.core.compile(lambda x: x, dynamic="yes")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"mode": "fastest"}, "mode must be one of"),
+    ({"options": {"strcit": True}}, "unknown option 'strcit'"),
+    ({"options": {"strict": "yes"}}, r"options\['strict'\] must be one of"),
+])
+def test_bad_arguments_raise_through_torch_compile(kwargs, message):
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x * 2, backend="ember", **kwargs)
+    with pytest.raises(Exception, match=message) as info:  # torch wraps it: BackendCompilerFailed
+        f(torch.randn(3))
+    assert isinstance(info.value.__cause__ or info.value, ValueError) or \
+        "ValueError" in str(info.value)
 
 
 def test_compiled_module_keeps_module_behaviour(ecompile):
@@ -123,7 +143,7 @@ def test_unsupported_op_falls_back_once_logged(ecompile, captured):
 def test_build_failure_falls_back_to_eager(monkeypatch, captured):
     messages = captured("fallback")
 
-    def broken(_source):
+    def broken(_source, _options=None):
         raise build.BuildError("g++ exploded")
     monkeypatch.setattr(build, "load", broken)
     torch._dynamo.reset()

@@ -6,6 +6,8 @@ import torch.nn.functional as F
 
 from ember.core import explain
 
+pytestmark = pytest.mark.usefixtures("isa_level")  # native and AVX2
+
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 TOL = {torch.float32: 1e-5, torch.float64: 1e-7, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 SPECIAL = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1e-3, -2.5, 7.0]

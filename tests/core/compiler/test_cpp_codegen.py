@@ -4,6 +4,8 @@
 import pytest
 import torch
 
+pytestmark = pytest.mark.usefixtures("isa_level")  # native and AVX2
+
 
 def _rows():
     x = torch.randn(6, 300) * 4

@@ -10,8 +10,7 @@ import torch
 
 from ember.core.compiler import capture
 from ember.core.compiler.backend import ember_backend
-
-_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+from ember.core.compiler.options import check_dynamic, check_mode, check_options
 
 
 def compile(model: Callable | None = None, *, mode: str | None = "default",
@@ -20,11 +19,15 @@ def compile(model: Callable | None = None, *, mode: str | None = "default",
     """Compile a function or module with Ember's backend; same semantics as torch.compile.
 
     A module result is torch's OptimizedModule: it keeps parameters, state_dict, train/eval.
+    Bad arguments raise here (``options.py``): an unknown ``options`` key, a ``mode`` or
+    ``dynamic`` torch.compile does not take.
     """
-    if mode not in _MODES:
-        raise ValueError(f"mode must be one of {_MODES[1:]}, got {mode!r}")
-    if options is not None and not isinstance(options, dict):
-        raise TypeError(f"options must be a dict, got {type(options).__name__}")
+    if backend == "ember":
+        check_mode(mode)
+        options = check_options(options)
+    check_dynamic(dynamic)
+    if not isinstance(fullgraph, bool):
+        raise TypeError(f"fullgraph must be True or False; got {fullgraph!r}")
     if model is None:
         return lambda m: compile(m, mode=mode, dynamic=dynamic, fullgraph=fullgraph,
                                  backend=backend, options=options)

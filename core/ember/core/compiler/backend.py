@@ -19,6 +19,7 @@ from ember.core.compiler.codegen.wrapper import WrapperBuilder
 from ember.core.compiler.decompose import decomposition_table
 from ember.core.compiler.ir import Buffer, Extern, StridedView
 from ember.core.compiler.lower import GraphLowering
+from ember.core.compiler.options import check_mode, check_options
 from ember.core.compiler.runtime import kernels as cpp_kernels
 from ember.core.compiler.schedule import Kernel, schedule
 from ember.core.logs import get_logger
@@ -151,10 +152,10 @@ def _make_aot(options: dict):
 def ember_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: str | None = None,
                   options: dict | None = None):
     """TorchDynamo backend entry point (``torch.compile(m, backend="ember")``)."""
+    options = check_options(options, internal=True)  # torch.compile(options=) lands here
+    options["mode"] = check_mode(mode)
     capture.install()
     capture.record_graph(gm)
-    options = dict(options or {})
-    options["mode"] = mode or "default"
     patterns.apply(gm, options)  # torch-level rewrites (unfused attention -> ember sdpa)
     device = routing.device_type(example_inputs)
     if routing.codegen_for(device, options) == "portable":

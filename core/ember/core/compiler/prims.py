@@ -138,15 +138,15 @@ static inline float e_erf(float x) {
   q = q * z - 1.42647390514189e-02f;
   return c * p / q;
 }
-// float exp on AVX-512: our own SIMD variants of e_expf, which g++'s vectorizer calls in
+// float exp in SIMD loops: our own vector variants of e_expf, which g++'s vectorizer calls in
 // `omp simd` loops: 2^k * exp(r) with r = x - k ln2 (two-part ln2), a degree-7 Taylor
-// polynomial (truncation 6e-9 relative; within 1.1 ulp of glibc here) and vscalefps for
-// 2^k, which gets overflow, denormals and NaN right; 1.6x glibc's vector expf here. Clamping
-// x to [-104, 89] keeps k small. GCC builtins, not <immintrin.h>: the header costs 0.4 s of
-// g++ time per graph. Elsewhere float exp is glibc's.
+// polynomial (truncation 6e-9 relative; within 1.1 ulp of glibc's scalar expf) and an exact
+// scaling by 2^k that gets overflow, denormals and NaN right (vscalefps on AVX-512; two
+// exponent-field multiplies on AVX2, which round once as vscalefps does, so both levels give
+// the same bits). Clamping x to [-104, 89] keeps k small. GCC builtins, not <immintrin.h>:
+// the header costs 0.4 s of g++ time per graph. Without AVX2+FMA, float exp is glibc's.
 static inline double e_exp(double x) { return std::exp(x); }
-#if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__GNUC__) && !defined(__clang__)
-typedef float e_v16 __attribute__((vector_size(64)));
+#if defined(__AVX2__) && defined(__FMA__) && defined(__GNUC__) && !defined(__clang__)
 typedef float e_v8 __attribute__((vector_size(32)));
 typedef float e_v4 __attribute__((vector_size(16)));
 #define E_M16 (unsigned short)-1
@@ -156,6 +156,17 @@ static inline e_v8 e_vround(e_v8 v) { return __builtin_ia32_rndscaleps_256_mask(
 static inline e_v4 e_vround(e_v4 v) { return __builtin_ia32_rndscaleps_128_mask(v, 8, v, E_M8); }
 static inline e_v16 e_vscalef(e_v16 p, e_v16 k) {
   return __builtin_ia32_scalefps512_mask(p, k, p, E_M16, 4);
+typedef int e_i8 __attribute__((vector_size(32)));
+typedef int e_i4 __attribute__((vector_size(16)));
+static inline e_v8 e_vfma(e_v8 a, e_v8 b, e_v8 c) { return __builtin_ia32_vfmaddps256(a, b, c); }
+static inline e_v4 e_vfma(e_v4 a, e_v4 b, e_v4 c) { return __builtin_ia32_vfmaddps(a, b, c); }
+// MAXPS/MINPS return the second operand when either is NaN: a NaN x passes through
+static inline e_v8 e_vmax(e_v8 a, e_v8 b) { return __builtin_ia32_maxps256(a, b); }
+static inline e_v4 e_vmax(e_v4 a, e_v4 b) { return __builtin_ia32_maxps(a, b); }
+static inline e_v8 e_vmin(e_v8 a, e_v8 b) { return __builtin_ia32_minps256(a, b); }
+static inline e_v4 e_vmin(e_v4 a, e_v4 b) { return __builtin_ia32_minps(a, b); }
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+typedef float e_v16 __attribute__((vector_size(64)));
 }
 static inline e_v8 e_vscalef(e_v8 p, e_v8 k) {
   return __builtin_ia32_scalefps256_mask(p, k, p, E_M8);
@@ -166,19 +177,24 @@ static inline e_v4 e_vscalef(e_v4 p, e_v4 k) {
 static inline e_v16 e_vfma(e_v16 a, e_v16 b, e_v16 c) {
   return __builtin_ia32_vfmaddps512_mask(a, b, c, E_M16, 4);
 }
-static inline e_v8 e_vfma(e_v8 a, e_v8 b, e_v8 c) { return __builtin_ia32_vfmaddps256(a, b, c); }
-static inline e_v4 e_vfma(e_v4 a, e_v4 b, e_v4 c) { return __builtin_ia32_vfmaddps(a, b, c); }
-// MAXPS/MINPS return the second operand when either is NaN: a NaN x passes through
 static inline e_v16 e_vmax(e_v16 a, e_v16 b) {
   return __builtin_ia32_maxps512_mask(a, b, b, E_M16, 4);
 }
-static inline e_v8 e_vmax(e_v8 a, e_v8 b) { return __builtin_ia32_maxps256(a, b); }
-static inline e_v4 e_vmax(e_v4 a, e_v4 b) { return __builtin_ia32_maxps(a, b); }
 static inline e_v16 e_vmin(e_v16 a, e_v16 b) {
   return __builtin_ia32_minps512_mask(a, b, b, E_M16, 4);
 }
-static inline e_v8 e_vmin(e_v8 a, e_v8 b) { return __builtin_ia32_minps256(a, b); }
-static inline e_v4 e_vmin(e_v4 a, e_v4 b) { return __builtin_ia32_minps(a, b); }
+#else
+static inline e_v8 e_vround(e_v8 v) { return __builtin_ia32_roundps256(v, 8); }
+static inline e_v4 e_vround(e_v4 v) { return __builtin_ia32_roundps(v, 8); }
+// p * 2^k for integral k in [-150, 128]: two factors 2^(k/2) and 2^(k - k/2) are normal
+// floats, the first product is exact, the second rounds once (to a denormal, or to inf)
+template <typename V, typename I> static inline V e_vscale2(V p, V k) {
+  I ki = __builtin_convertvector(k, I), k1 = ki >> 1, k2 = ki - k1;
+  return p * (V)((k1 + 127) << 23) * (V)((k2 + 127) << 23);
+}
+static inline e_v8 e_vscalef(e_v8 p, e_v8 k) { return e_vscale2<e_v8, e_i8>(p, k); }
+static inline e_v4 e_vscalef(e_v4 p, e_v4 k) { return e_vscale2<e_v4, e_i4>(p, k); }
+#endif
 template <typename V> static inline V e_vexp(V x) {
   V z = {};
   V c = e_vmin(z + 89.f, e_vmax(z - 104.f, x));
@@ -199,7 +215,9 @@ __attribute__((visibility("hidden"))) e_v4 _ZGVbN4v_e_expf(e_v4 x) { return e_ve
 __attribute__((visibility("hidden"))) float e_expf_scalar(float x) { return std::exp(x); }
 }
 // the scalar e_expf is glibc's: defining it in C++ would make g++ clone it for SIMD itself
+#if defined(__AVX512F__) && defined(__AVX512VL__)
 asm(".globl e_expf\n.hidden e_expf\n.set e_expf, e_expf_scalar");
+#endif
 static inline float e_exp(float x) { return e_expf(x); }
 #else
 static inline float e_exp(float x) { return std::exp(x); }

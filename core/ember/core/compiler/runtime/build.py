@@ -1,7 +1,12 @@
-"""Build a C++ translation unit into a shared library (g++ -O3 -march=native -fopenmp).
+"""Build a C++ translation unit into a shared library (g++ -O3 -march=<level> -fopenmp).
 
 ``load(source)`` returns a ``ctypes.CDLL``: from this process's table, else from the disk
-cache (no compiler run), else built. A cache entry that fails to load is rebuilt.
+cache (no compiler run), else built. The cache key covers the source, the compiler and its
+version, the flags and the instruction-set target (``runtime/isa.py``). A cached library is
+loaded only after its bytes match the SHA-256 written beside it at build time (a truncated or
+altered file would crash the process inside ``dlopen``), and only if it names its own key (a
+valid library of another graph moved under this key would silently compute something else);
+anything else is rebuilt with a warning.
 """
 
 from __future__ import annotations
@@ -9,38 +14,34 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
 
-from ember.core.compiler.runtime import cache
+from ember.core.compiler.runtime import cache, isa
 from ember.core.logs import get_logger
 
 log = get_logger("cache")
 codegen_log = get_logger("codegen")
 # -fno-trapping-math lets g++ compute both sides of a select in SIMD loops (no masked ops)
-FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno",
-         "-fno-trapping-math", "-w", "-std=c++17"]
+BASE_FLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math",
+              "-w", "-std=c++17"]
+KEY_SYMBOL = "ember_cache_key"  # every library names the cache key it was built for
 
 
-def _has_avx512() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and " avx512f" in line for line in f)
-    except OSError:
-        return False
-
-
-# g++ keeps to 256-bit vectors even on AVX-512 machines; ATen's own kernels use 512 there
-if _has_avx512():
-    FLAGS.append("-mprefer-vector-width=512")
+def flags(options: dict | None = None) -> list[str]:
+    """The g++ command-line flags for the selected instruction-set level."""
+    return BASE_FLAGS[:1] + isa.flags(isa.selected(options)) + BASE_FLAGS[1:]
 
 
 @functools.lru_cache(maxsize=1)
 def has_libmvec() -> bool:
     """glibc's vector math library (SIMD exp/log/tanh/erf...) is available to link."""
     return ctypes.util.find_library("mvec") is not None
+
+
 _loaded: dict[str, ctypes.CDLL] = {}
 forked_child = False  # set in a child process after fork: kernels must run on one thread
 builds = 0  # number of compiler runs in this process (tests count them)
@@ -59,7 +60,17 @@ def compiler() -> tuple[str, str]:
     return cxx, out.stdout.splitlines()[0] if out.stdout else ""
 
 
-def _build(source: str, target) -> None:
+def _digest(path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _build(source: str, target, build_flags: list[str]) -> ctypes.CDLL:
+    """Compile ``source`` into the cache entry ``target`` and load it.
+
+    The library is loaded under its unique build path, before it moves into place: dlopen
+    hands back any library it already mapped under the same path, which after a rejected
+    entry (see ``load``) would be the rejected one."""
     global builds
     cxx, _ = compiler()
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
@@ -68,35 +79,70 @@ def _build(source: str, target) -> None:
         with open(src, "w") as f:
             f.write(source)
         libs = ["-lmvec"] if has_libmvec() else []
-        proc = subprocess.run([cxx, *FLAGS, src, "-o", so, *libs], capture_output=True,
+        proc = subprocess.run([cxx, *build_flags, src, "-o", so, *libs], capture_output=True,
                               text=True)
         builds += 1
         if proc.returncode != 0:
             raise BuildError(f"{cxx} failed:\n{proc.stderr[-4000:]}")
+        # the digest lands first: a reader that finds the library also finds its digest
+        digest = os.path.join(tmp, "k.sha256")
+        with open(digest, "w") as f:
+            f.write(_digest(so))
+        lib = ctypes.CDLL(so)
+        os.replace(digest, target.with_suffix(".sha256"))
         os.replace(so, target)
+    return lib
 
 
-def load(source: str) -> ctypes.CDLL:
+def _check_entry(target, k: str) -> str | None:
+    """Why the cached library at ``target`` must not be loaded, or None when it is sound."""
+    try:
+        expected = target.with_suffix(".sha256").read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return "no digest beside it"
+    try:
+        if _digest(target) != expected:
+            return "its bytes do not match the digest written at build time"
+    except OSError as e:
+        return f"unreadable ({e})"
+    return None
+
+
+def _names_key(lib: ctypes.CDLL, k: str) -> bool:
+    try:
+        return (ctypes.c_char * (len(k) + 1)).in_dll(lib, KEY_SYMBOL).value == k.encode()
+    except ValueError:  # the symbol is missing
+        return False
+
+
+def load(source: str, options: dict | None = None) -> ctypes.CDLL:
+    """The library of ``source`` built for the instruction-set level ``options`` select."""
     cxx, version = compiler()
-    k = cache.key(source, " ".join(FLAGS), cxx, version, str(has_libmvec()))
+    level = isa.selected(options)
+    build_flags = flags(options)
+    k = cache.key(source, " ".join(build_flags), cxx, version, isa.target_id(cxx, level),
+                  str(has_libmvec()))
     if k in _loaded:
         return _loaded[k]
+    source = f'{source}\nextern "C" const char {KEY_SYMBOL}[] = "{k}";\n'
     target = cache.entry(k, ".so")
     if target.exists():
-        try:
-            with open(target, "rb") as f:
-                if f.read(4) != b"\x7fELF":
-                    raise OSError("not an ELF shared library")
-            lib = ctypes.CDLL(str(target))
-            log.debug("cache hit %s", target)
-            _loaded[k] = lib
-            return lib
-        except OSError as e:
-            log.warning("corrupt cache entry %s (%s); rebuilding", target, e)
-            target.unlink(missing_ok=True)
-    log.debug("cache miss %s", target)
-    _build(source, target)
-    lib = ctypes.CDLL(str(target))
+        problem = _check_entry(target, k)
+        if problem is None:
+            try:
+                lib = ctypes.CDLL(str(target))
+            except OSError as e:
+                problem = f"it does not load ({e})"
+            else:
+                if _names_key(lib, k):
+                    log.debug("cache hit %s", target)
+                    _loaded[k] = lib
+                    return lib
+                problem = "it was built for another cache key"
+        log.warning("cache entry %s is not used: %s; rebuilding it", target, problem)
+    else:
+        log.debug("cache miss %s", target)
+    lib = _build(source, target, build_flags)
     _loaded[k] = lib
     return lib
 

@@ -74,7 +74,7 @@ def load(steps: list, buffers: dict, options: dict | None) -> tuple[dict, str]:
             parts.append(src)
             segments.append((name, spec, [k.name for k in run]))
     tu = cpp.translation_unit(parts)
-    lib = build.load(tu)
+    lib = build.load(tu, options)
     libs: dict = {}
     for name, (src, spec) in sources.items():
         if tune:

@@ -33,7 +33,7 @@ def load(source: str) -> ModuleType:
         return _loaded[k]
     try:
         ok = path.read_text() == source
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # missing, or damaged on disk: write it anew
         ok = False
     if not ok:
         log.debug("writing %s", path)
