@@ -173,7 +173,15 @@ def pointwise(ctx: Ctx, name: str, *args) -> Lazy:
 
 
 def _simple(name: str):
-    return lambda ctx, *args, **_kw: pointwise(ctx, name, *args)
+    arity = PRIMS[name][0]
+
+    def lower(ctx, *args, **kwargs):
+        # an overload with more arguments (round.decimals, ...) means something else: refuse
+        # rather than drop them
+        if len(args) != arity or kwargs:
+            raise Unsupported(f"{ctx.node.target} with arguments {args[arity:]} {kwargs}")
+        return pointwise(ctx, name, *args)
+    return lower
 
 
 _SIMPLE = {
@@ -202,6 +210,25 @@ _SIMPLE = {
 }
 for _name, _ops in _SIMPLE.items():
     register(*_ops)(_simple(_name))
+
+
+@register(aten.round)
+def _round(ctx, x, *, decimals=0):
+    """round(x, decimals): eager scales by 10^|decimals| in the compute type, rounds half to
+    even, and scales back (multiply then divide for decimals >= 0, the reverse below 0)."""
+    if decimals == 0:
+        return pointwise(ctx, "round", x)
+    if not compute_dtype(ctx.dtype).is_floating_point or abs(decimals) > 30:
+        raise Unsupported(f"round with decimals={decimals} of {ctx.dtype}")
+    dtype, size = ctx.dtype, ctx.size
+    cdt = compute_dtype(dtype)
+    scale = const(10.0 ** abs(decimals), cdt)
+    first, second = ("mul", "truediv") if decimals > 0 else ("truediv", "mul")
+
+    def fn(i):
+        v = bload(x, size, i, cdt)
+        return cast(op(second, cdt, op("round", cdt, op(first, cdt, v, scale)), scale), dtype)
+    return Lazy(dtype, size, fn)
 
 
 def _int_out(ctx: Ctx, name: str):

@@ -537,19 +537,27 @@ def _invariant(e, rset: set, memo: dict) -> bool:
     return out
 
 
+# Prims whose result jumps on a one-bit change of a floating-point argument.
+_DISCONTINUOUS = frozenset({"floor", "ceil", "trunc", "round", "floordiv", "truncdiv", "fmod",
+                            "remainder", "sign", "eq", "ne", "lt", "le", "gt", "ge"})
+
+
 def _hoist(body: _Body, items, rset: set) -> None:
     """Emit loop-invariant sub-expressions before the inner loop; divisions by an invariant
     become multiplications by its reciprocal (what eager's softmax / norms do)."""
     memo: dict = {}
 
-    def rewrite(e):
+    def rewrite(e, exact=False):
+        # ``exact``: the value feeds a rounding or comparing op, where the reciprocal's last
+        # bit can flip the result (round(x / 1000) at x = 2500); keep the true division there
         if e[0] == "cast":
-            return ("cast", e[1], rewrite(e[2]))
+            return ("cast", e[1], rewrite(e[2], exact))
         if e[0] != "op":
             return e
-        args = tuple(rewrite(a) for a in e[3:])
-        if e[2] == "truediv" and e[1].is_floating_point and _invariant(args[1], rset, memo) \
-                and not _invariant(args[0], rset, memo):
+        exact = exact or e[2] in _DISCONTINUOUS
+        args = tuple(rewrite(a, exact) for a in e[3:])
+        if e[2] == "truediv" and not exact and e[1].is_floating_point \
+                and _invariant(args[1], rset, memo) and not _invariant(args[0], rset, memo):
             return ("op", e[1], "mul", args[0], ("op", e[1], "reciprocal", args[1]))
         return ("op", e[1], e[2], *args)
 

@@ -1,0 +1,424 @@
+"""OpInfo conformance: compile PyTorch's OpInfo catalogue through a backend, compare with eager.
+
+``check_op(op, variant, backend)`` runs one OpInfo (from
+``torch.testing._internal.common_methods_invocations.op_db``) with its CPU sample inputs
+through ``torch.compile`` with ``backend`` ("ember": our default, non-strict behaviour, or any
+backend torch.compile takes, e.g. "inductor") and returns an ``OpResult``: ``pass``, ``wrong``
+(compiled output differs from eager), ``error`` (compiled raises where eager does not) or
+``skip`` (the variant does not apply: dtype unsupported, no samples). The test
+(``tests/core/compiler/test_opinfo.py``) and ``ember bench opinfo`` share it.
+
+Variants: ``float32`` (forward), ``float32_grad`` (forward + gradients of the inputs),
+``bfloat16`` (forward) and ``int64`` (forward). All the samples of one op go through one
+compiled function (Dynamo traces them into one graph: one compile per op); when that fails,
+each sample is compiled on its own to name the failing one. Ops with randomness are compared
+with equal seeds and, where the random stream is consumed differently, by dtype and shape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import logging
+import warnings
+from collections.abc import Callable, Sequence
+
+import torch
+from torch.utils import _pytree as pytree
+
+VARIANTS = ("float32", "float32_grad", "bfloat16", "int64")
+DTYPES = {"float32": torch.float32, "float32_grad": torch.float32,
+          "bfloat16": torch.bfloat16, "int64": torch.int64}
+# (atol, rtol) per output dtype; bfloat16 kernels compute in float32 and round once, eager
+# rounds every intermediate (Inductor's OpInfo test is as loose for low precision).
+TOLERANCES = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-7, 1e-7),
+              torch.bfloat16: (3e-2, 3e-2), torch.float16: (2e-3, 2e-3),
+              torch.complex64: (1e-4, 1e-4)}
+GRAD_TOLERANCES = {torch.float32: (5e-4, 5e-4)}
+
+
+@dataclasses.dataclass
+class OpResult:
+    op: str          # OpInfo name + "." + variant_test_name when there is one
+    variant: str
+    status: str      # pass | wrong | error | skip
+    detail: str = ""
+    samples: int = 0
+    graphs: int = 0  # graphs the backend compiled (0: Dynamo ran the op in eager)
+
+    @property
+    def key(self) -> str:
+        return f"{self.op}:{self.variant}"
+
+
+def op_db() -> list:
+    from torch.testing._internal.common_methods_invocations import op_db as db
+    return list(db)
+
+
+def op_name(op) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def find_ops(names: Sequence[str] | None = None) -> list:
+    """OpInfos by full name (``op_name``); all of them when ``names`` is None."""
+    ops = op_db()
+    if names is None:
+        return ops
+    by = {op_name(o): o for o in ops}
+    missing = [n for n in names if n not in by]
+    if missing:
+        raise ValueError(f"unknown OpInfo name(s): {', '.join(missing)}")
+    return [by[n] for n in names]
+
+
+# ----------------------------------------------------------------------------- samples
+
+@dataclasses.dataclass
+class _Sample:
+    leaves: list        # flattened (input, args, kwargs); tensors are replaced by inputs
+    spec: object
+    tensor_at: list     # positions of tensor leaves
+
+    def build(self, tensors):
+        leaves = list(self.leaves)
+        for pos, t in zip(self.tensor_at, tensors):
+            leaves[pos] = t
+        return pytree.tree_unflatten(leaves, self.spec)
+
+    def tensors(self):
+        return [self.leaves[p] for p in self.tensor_at]
+
+
+def _samples(op, variant: str, max_samples: int | None) -> list[_Sample]:
+    dtype = DTYPES[variant]
+    grad = variant == "float32_grad"
+    torch.manual_seed(0)
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for s in op.sample_inputs("cpu", dtype, requires_grad=grad):
+            leaves, spec = pytree.tree_flatten((s.input, tuple(s.args), dict(s.kwargs)))
+            at = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+            out.append(_Sample(leaves, spec, at))
+            if max_samples is not None and len(out) >= max_samples:
+                break
+    return out
+
+
+def applies(op, variant: str) -> str | None:
+    """None when ``variant`` applies to ``op``, else why not."""
+    dtype = DTYPES[variant]
+    if dtype not in op.supported_dtypes("cpu"):
+        return f"{dtype} not in the op's CPU dtypes"
+    if variant == "float32_grad":
+        if not op.supports_autograd:
+            return "no autograd"
+        if dtype not in op.supported_backward_dtypes("cpu"):
+            return f"no {dtype} backward"
+    return None
+
+
+def _clone(tensors, grad: bool):
+    out = []
+    for t in tensors:
+        c = t.detach().clone()
+        if grad and t.requires_grad:
+            c.requires_grad_(True)
+        out.append(c)
+    return out
+
+
+# ----------------------------------------------------------------------------- running
+
+def _runner(op, samples: list[_Sample]) -> Callable:
+    fn = op.op
+
+    def run(*flat):
+        outs, k = [], 0
+        for s in samples:
+            n = len(s.tensor_at)
+            inp, args, kwargs = s.build(flat[k:k + n])
+            k += n
+            outs.append(fn(inp, *args, **kwargs))
+        return outs
+    return run
+
+
+def _with_grads(run: Callable, grad: bool, seed: int) -> Callable:
+    """The outputs, plus (when ``grad``) the gradients of the inputs for fixed cotangents."""
+    def go(*flat):
+        torch.manual_seed(seed)
+        outs = run(*flat)
+        if not grad:
+            return outs, None
+        leaves = [o for o in pytree.tree_leaves(outs)
+                  if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point()]
+        wrt = [t for t in flat if isinstance(t, torch.Tensor) and t.requires_grad]
+        if not leaves or not wrt:
+            return outs, None
+        gen = torch.Generator().manual_seed(1234)
+        cot = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in leaves]
+        grads = torch.autograd.grad(leaves, wrt, cot, allow_unused=True)
+        return outs, list(grads)
+    return go
+
+
+class _Counter:
+    """A Dynamo backend that counts the graphs it is handed and passes them on."""
+
+    def __init__(self, backend: str, options: dict | None):
+        self.graphs = 0
+        self.backend = backend
+        self.options = options or {}
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        if self.backend == "ember":
+            from ember.core.compiler.backend import ember_backend
+            return ember_backend(gm, example_inputs, mode="default", options=dict(self.options))
+        if self.backend == "inductor":
+            from torch._inductor.compile_fx import compile_fx
+            return compile_fx(gm, example_inputs)
+        if self.backend == "eager":
+            return gm.forward
+        raise ValueError(f"unknown backend {self.backend!r}")
+
+
+def _compare(actual, expected, *, grads: bool = False) -> None:
+    table = GRAD_TOLERANCES if grads else {}
+    a_leaves, a_spec = pytree.tree_flatten(actual)
+    e_leaves, e_spec = pytree.tree_flatten(expected)
+    if len(a_leaves) != len(e_leaves):
+        raise AssertionError(f"{len(a_leaves)} outputs, eager has {len(e_leaves)}")
+    for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
+        if isinstance(e, torch.Tensor):
+            if not isinstance(a, torch.Tensor):
+                raise AssertionError(f"output {i}: {type(a).__name__}, eager has a tensor")
+            atol, rtol = table.get(e.dtype) or TOLERANCES.get(e.dtype, (0, 0))
+            if e.is_sparse or e.layout != torch.strided:
+                a, e = a.to_dense(), e.to_dense()
+            torch.testing.assert_close(a, e, atol=atol, rtol=rtol, equal_nan=True,
+                                       msg=lambda m, i=i: f"output {i}: {m}")
+        elif e is None:
+            if a is not None and not (grads and isinstance(a, torch.Tensor)
+                                      and not a.any()):
+                raise AssertionError(f"output {i}: {a!r}, eager has None")
+        elif isinstance(e, float) and e != e:
+            if not (isinstance(a, float) and a != a):
+                raise AssertionError(f"output {i}: {a!r} != {e!r}")
+        elif a != e:
+            raise AssertionError(f"output {i}: {a!r} != {e!r}")
+
+
+def _meta_only(actual, expected) -> None:
+    """Dtype and shape of every tensor output (ops whose values eager itself does not fix)."""
+    a_leaves = pytree.tree_leaves(actual)
+    e_leaves = pytree.tree_leaves(expected)
+    if len(a_leaves) != len(e_leaves):
+        raise AssertionError(f"{len(a_leaves)} outputs, eager has {len(e_leaves)}")
+    for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
+        if isinstance(e, torch.Tensor):
+            if not isinstance(a, torch.Tensor) or a.dtype != e.dtype or a.shape != e.shape:
+                raise AssertionError(f"output {i}: {getattr(a, 'dtype', a)} "
+                                     f"{getattr(a, 'shape', '')} vs eager {e.dtype} {e.shape}")
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence warnings and our fallback log lines while an op runs (they are expected)."""
+    loggers = [logging.getLogger(n) for n in ("ember", "torch._dynamo", "torch._inductor")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, lv in zip(loggers, levels):
+            lg.setLevel(lv)
+
+
+def _eager(op, samples: list[_Sample], variant: str, seed: int):
+    grad = variant == "float32_grad"
+    flat = _clone([t for s in samples for t in s.tensors()], grad)
+    out = _with_grads(_runner(op, samples), grad, seed)(*flat)
+    return out, flat
+
+
+def _one(op, samples, variant: str, backend: str, options: dict | None, counter: list):
+    """Compile and run ``samples`` together; raises AssertionError on a wrong result."""
+    grad = variant == "float32_grad"
+    (ref, ref_grads), ref_in = _eager(op, samples, variant, seed=0)
+    (ref2, _), _ = _eager(op, samples, variant, seed=0)
+    deterministic = True
+    try:
+        _compare(ref2, ref)
+    except AssertionError:
+        deterministic = False  # uninitialised memory (empty, new_empty, ...)
+    torch._dynamo.reset()
+    c = _Counter(backend, options)
+    compiled = torch.compile(_with_grads(_runner(op, samples), grad, 0), backend=c)
+    flat = _clone([t for s in samples for t in s.tensors()], grad)
+    try:
+        out, grads = compiled(*flat)
+    finally:
+        counter[0] += c.graphs
+        torch._dynamo.reset()
+    if not deterministic:
+        _meta_only(out, ref)
+        return
+    try:
+        _compare(out, ref)
+        _compare(flat, ref_in)  # in-place updates of the inputs
+        if grad:
+            _compare(grads, ref_grads, grads=True)
+    except AssertionError:
+        if variant == "bfloat16":  # our kernels compute bfloat16 in float32, round once
+            with contextlib.suppress(Exception):
+                _compare(out, _float_reference(op, samples))
+                return
+        if not _random(op, samples, variant):
+            raise
+        _meta_only(out, ref)
+
+
+def _random(op, samples, variant) -> bool:
+    """Does the op draw random numbers (different seeds give different results)?"""
+    (a, _), _ = _eager(op, samples, variant, seed=0)
+    (b, _), _ = _eager(op, samples, variant, seed=1)
+    try:
+        _compare(a, b)
+        return False
+    except AssertionError:
+        return True
+
+
+def _float_reference(op, samples):
+    """The op on the bfloat16 samples upcast to float32, outputs rounded back to bfloat16."""
+    flat = [t.detach().float() if t.dtype == torch.bfloat16 else t.detach().clone()
+            for s in samples for t in s.tensors()]
+    torch.manual_seed(0)
+    out = _runner(op, samples)(*flat)
+    return pytree.tree_map(lambda v: v.to(torch.bfloat16) if isinstance(v, torch.Tensor)
+                           and v.dtype == torch.float32 else v, out)
+
+
+def check_op(op, variant: str, backend: str = "ember", *, max_samples: int | None = None,
+             options: dict | None = None) -> OpResult:
+    """Compile ``op``'s CPU samples for ``variant`` with ``backend``; compare with eager."""
+    name = op_name(op)
+    why = applies(op, variant)
+    if why:
+        return OpResult(name, variant, "skip", why)
+    with _quiet():
+        try:
+            samples = _samples(op, variant, max_samples)
+        except Exception as e:  # the catalogue itself failing: not ours
+            return OpResult(name, variant, "skip", f"sample inputs raise {type(e).__name__}")
+        usable = []
+        for s in samples:  # samples eager rejects (error inputs) are not compared
+            try:
+                _eager(op, [s], variant, seed=0)
+                usable.append(s)
+            except Exception:
+                pass
+        if not usable:
+            return OpResult(name, variant, "skip", "no sample eager accepts")
+        counter = [0]
+        try:
+            _one(op, usable, variant, backend, options, counter)
+            return OpResult(name, variant, "pass", samples=len(usable), graphs=counter[0])
+        except Exception:  # pinpoint the failing sample
+            pass
+        for i, s in enumerate(usable):
+            try:
+                _one(op, [s], variant, backend, options, counter)
+            except AssertionError as e:
+                return OpResult(name, variant, "wrong", f"sample {i}: {_short(e)}",
+                                len(usable), counter[0])
+            except Exception as e:
+                return OpResult(name, variant, "error",
+                                f"sample {i}: {type(e).__name__}: {_short(e)}",
+                                len(usable), counter[0])
+        # every sample passes on its own, only the combined graph fails
+        try:
+            _one(op, usable, variant, backend, options, counter)
+            return OpResult(name, variant, "pass", samples=len(usable), graphs=counter[0])
+        except AssertionError as e:
+            return OpResult(name, variant, "wrong", f"all samples together: {_short(e)}",
+                            len(usable), counter[0])
+        except Exception as e:
+            return OpResult(name, variant, "error",
+                            f"all samples together: {type(e).__name__}: {_short(e)}",
+                            len(usable), counter[0])
+
+
+def _short(e: BaseException, n: int = 300) -> str:
+    s = " ".join(str(e).split())
+    return s if len(s) <= n else s[:n] + "..."
+
+
+def check_group(ops: Sequence, variant: str = "float32", backend: str = "ember", *,
+                options: dict | None = None) -> list[OpResult]:
+    """The first sample of each op in ``ops``, all through one compiled function (one
+    Dynamo trace, one build: the cheap smoke pass); the ops whose output differs, or all of
+    them when the group raises, are then checked on their own with ``check_op``."""
+    todo, results = [], {}
+    with _quiet():
+        for op in ops:
+            why = applies(op, variant)
+            if why:
+                results[op_name(op)] = OpResult(op_name(op), variant, "skip", why)
+                continue
+            try:
+                s = _samples(op, variant, 1)
+                _eager(op, s, variant, seed=0)
+            except Exception:  # check_op reports it
+                s = []
+            if s:
+                todo.append((op, s))
+            else:
+                results[op_name(op)] = None
+        if todo:
+            grad = variant == "float32_grad"
+
+            def run_all(*flat):
+                outs, k = [], 0
+                for op, s in todo:
+                    n = len(s[0].tensor_at)
+                    outs.append(_runner(op, s)(*flat[k:k + n]))
+                    k += n
+                return outs
+            flat_ref = _clone([t for _, s in todo for t in s[0].tensors()], grad)
+            flat = _clone(flat_ref, grad)
+            torch.manual_seed(0)
+            ref = run_all(*flat_ref)
+            torch._dynamo.reset()
+            c = _Counter(backend, options)
+            try:
+                out = torch.compile(run_all, backend=c)(*flat)
+            except Exception:  # each op on its own below
+                out = None
+            finally:
+                torch._dynamo.reset()
+            k = 0
+            for i, (op, s) in enumerate(todo):
+                n = len(s[0].tensor_at)
+                ok = out is not None and not grad
+                if ok:
+                    try:
+                        _compare(out[i], ref[i])
+                        _compare(flat[k:k + n], flat_ref[k:k + n])
+                    except AssertionError:
+                        ok = False
+                k += n
+                results[op_name(op)] = (OpResult(op_name(op), variant, "pass", samples=1,
+                                                 graphs=c.graphs) if ok else None)
+    for op in ops:
+        if results[op_name(op)] is None:
+            results[op_name(op)] = check_op(op, variant, backend, max_samples=1,
+                                            options=options)
+    return [results[op_name(op)] for op in ops]

@@ -1,0 +1,59 @@
+"""PyTorch's OpInfo catalogue (``op_db``, CPU samples) through ``torch.compile(backend=ember)``
+in its default (non-strict) mode, compared with eager (``ember.core.compiler.opinfo``).
+
+Fast: every op's first float32 sample, 24 ops to one compiled function. Slow: every sample,
+one compiled function per op, in four variants (float32, float32 forward + backward,
+bfloat16, int64). Known failures live in ``opinfo_expected.py`` only; a wrong result is
+never one of them.
+"""
+
+import pytest
+
+from ember.core.compiler import opinfo
+
+from .opinfo_expected import EXPECTED_FAILURES
+
+OPS = opinfo.op_db()
+NAMES = [opinfo.op_name(op) for op in OPS]
+GROUP = 24
+
+
+def _judge(results, *, all_samples: bool) -> None:
+    problems = []
+    for r in results:
+        expected = EXPECTED_FAILURES.get(r.key)
+        if r.status in ("wrong", "error"):
+            if expected is None or expected[0] != r.status:
+                problems.append(f"{r.key}: {r.status}: {r.detail}")
+        elif expected is not None and all_samples and r.status == "pass":
+            problems.append(f"{r.key}: passes now; drop it from opinfo_expected.py")
+    assert not problems, "\n".join(problems)
+
+
+def test_known_failure_table_is_well_formed():
+    names = set(NAMES)
+    for key, (status, reason) in EXPECTED_FAILURES.items():
+        name, _, variant = key.rpartition(":")
+        assert name in names, f"{key}: no such OpInfo"
+        assert variant in opinfo.VARIANTS, f"{key}: unknown variant"
+        assert status == "error", f"{key}: a wrong result is never a known failure"
+        assert reason.strip(), f"{key}: say why"
+
+
+def test_op_names_are_unique():
+    assert len(NAMES) == len(set(NAMES))
+
+
+@pytest.mark.parametrize("start", range(0, len(OPS), GROUP))
+def test_opinfo_float32_first_sample(start):
+    _judge(opinfo.check_group(OPS[start:start + GROUP], "float32"), all_samples=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", opinfo.VARIANTS)
+@pytest.mark.parametrize("name", NAMES)
+def test_opinfo(name, variant):
+    r = opinfo.check_op(OPS[NAMES.index(name)], variant)
+    if r.status == "skip":
+        pytest.skip(r.detail)
+    _judge([r], all_samples=True)

@@ -1,0 +1,44 @@
+"""Wrong results the OpInfo catalogue (test_opinfo.py) found, each pinned against eager."""
+
+import pytest
+import torch
+
+from ember.core.compiler import explain
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("decimals", [3, 1, -1, -3])
+def test_round_with_decimals(ecompile, dtype, decimals):
+    """round(x, decimals) scales by 10^|decimals|, rounds half to even and scales back; the
+    plain-round lowering used to drop ``decimals``."""
+    fn = lambda x: torch.round(x, decimals=decimals) + 0
+    x = torch.cat([torch.randn(500) * 100, torch.arange(-5000.0, 5000.0, 250.0),
+                   torch.tensor([0.0025, 0.0015, 1.0005, 0.05, 0.15, 25.0, 35.0])]).to(dtype)
+    out, ref = ecompile(fn)(x), fn(x)
+    assert out.dtype == ref.dtype
+    # the final division may be a reciprocal multiply: one ulp, never a different rounding
+    torch.testing.assert_close(out, ref, atol=0, rtol=2 ** -22)
+    assert not explain(fn, x).fallback_ops
+
+
+def test_round_with_decimals_of_integers_runs_in_eager(matches):
+    from ember.core.compiler import compile as ember_compile
+
+    torch._dynamo.reset()
+    fn = lambda x: torch.round(x.float(), decimals=2).long()
+    x = torch.arange(-50, 50)
+    matches(ember_compile(fn)(x), fn(x))
+
+
+def test_division_feeding_a_rounding_op_is_a_true_division(ecompile):
+    """x / d with d loop-invariant becomes x * (1/d) for speed, except under floor / round /
+    comparisons, where the reciprocal's last bit flips the integer (eager divides)."""
+    fn = lambda x, d: (torch.floor(x / d), torch.round(x / d), (x / d) == 3, x / d)
+    f = ecompile(fn)
+    for k, d in ((7.0, 7.0), (500.0, 1000.0)):  # floor(7k * (1/7)) < k for many k
+        x = torch.arange(-100_000, 100_000, dtype=torch.float32) * k
+        d = torch.tensor(d)
+        out, ref = f(x, d), fn(x, d)
+        for o, r in zip(out[:3], ref[:3]):
+            assert torch.equal(o, r)
+        torch.testing.assert_close(out[3], ref[3])
