@@ -347,14 +347,14 @@ def test_normalize_and_to_dtype():
 def test_box_format_roundtrip():
     xyxy = torch.tensor([[1.0, 2.0, 5.0, 10.0]])
     b = tv.BoundingBoxes(xyxy, format="XYXY", canvas_size=(20, 20))
-    cx = F.convert_bounding_box_format(b, "CXCYWH")
+    cx = F.convert_bounding_box_format(b, new_format="CXCYWH")
     assert torch.equal(cx.as_subclass(torch.Tensor), torch.tensor([[3.0, 6.0, 4.0, 8.0]]))
-    wh = F.convert_bounding_box_format(cx, tv.BoundingBoxFormat.XYWH)
+    wh = F.convert_bounding_box_format(cx, new_format=tv.BoundingBoxFormat.XYWH)
     assert torch.equal(wh.as_subclass(torch.Tensor), torch.tensor([[1.0, 2.0, 4.0, 8.0]]))
-    assert torch.equal(F.convert_bounding_box_format(xyxy, "XYWH", old_format="XYXY"),
+    assert torch.equal(F.convert_bounding_box_format(xyxy, "XYXY", "XYWH"),
                        torch.tensor([[1.0, 2.0, 4.0, 8.0]]))
     with pytest.raises(ValueError, match="old_format"):
-        F.convert_bounding_box_format(xyxy, "XYWH")
+        F.convert_bounding_box_format(xyxy, new_format="XYWH")
     clamped = F.clamp_bounding_boxes(tv.BoundingBoxes([[-3, 2, 25, 30]], format="XYXY",
                                                       canvas_size=(20, 22)))
     assert clamped.tolist() == [[0, 2, 22, 20]]

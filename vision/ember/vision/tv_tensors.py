@@ -120,15 +120,22 @@ def _as_format(fmt: BoundingBoxFormat | str) -> BoundingBoxFormat:
     raise ValueError(f"format must be one of {list(BoundingBoxFormat.__members__)}, got {fmt!r}")
 
 
+def _as_clamping_mode(mode: Any) -> str | None:
+    if mode not in ("soft", "hard", None):
+        raise ValueError(f"clamping_mode must be 'soft', 'hard' or None, got {mode!r}")
+    return mode
+
+
 class BoundingBoxes(TVTensor):
     """Boxes ``[..., N, 4]`` in ``format`` on an image of ``canvas_size`` (H, W)."""
 
     format: BoundingBoxFormat
     canvas_size: tuple[int, int]
+    clamping_mode: str | None
 
     def __new__(cls, data: Any, *, format: BoundingBoxFormat | str,
-                canvas_size: Sequence[int], dtype=None, device=None,
-                requires_grad=None) -> BoundingBoxes:
+                canvas_size: Sequence[int], clamping_mode: str | None = "soft", dtype=None,
+                device=None, requires_grad=None) -> BoundingBoxes:
         t = cls._to_tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
         if t.ndim == 1:
             t = t.unsqueeze(0)
@@ -140,10 +147,12 @@ class BoundingBoxes(TVTensor):
         out = t.as_subclass(cls)
         out.format = _as_format(format)
         out.canvas_size = (int(canvas_size[0]), int(canvas_size[1]))
+        out.clamping_mode = _as_clamping_mode(clamping_mode)
         return out
 
     def _meta(self) -> dict[str, Any]:
-        return {"format": self.format, "canvas_size": self.canvas_size}
+        return {"format": self.format, "canvas_size": self.canvas_size,
+                "clamping_mode": getattr(self, "clamping_mode", "soft")}
 
 
 def unwrap(x: Any) -> Any:

@@ -38,15 +38,34 @@ def box_iou(boxes1: torch.Tensor, boxes2: torch.Tensor) -> torch.Tensor:
     return inter / (a1[:, None] + a2[None, :] - inter)
 
 
-def box_convert(boxes: torch.Tensor, in_fmt: str, out_fmt: str) -> torch.Tensor:
-    """Convert between 'xyxy', 'xywh' and 'cxcywh'."""
-    from ember.vision.transforms.functional import convert_bounding_box_format
+def _xyxy(boxes: torch.Tensor, fmt: str) -> torch.Tensor:
+    a, b, c, d = boxes.unbind(-1)
+    if fmt == "xywh":
+        return torch.stack([a, b, a + c, b + d], -1)
+    if fmt == "cxcywh":
+        return torch.stack([a - 0.5 * c, b - 0.5 * d, a + 0.5 * c, b + 0.5 * d], -1)
+    return boxes
 
-    fmts = {"xyxy": "XYXY", "xywh": "XYWH", "cxcywh": "CXCYWH"}
+
+def box_convert(boxes: torch.Tensor, in_fmt: str, out_fmt: str) -> torch.Tensor:
+    """Convert between 'xyxy', 'xywh' and 'cxcywh' with torch's type promotion, as
+    torchvision does: a conversion that halves (to or from a centre) gives integer boxes a
+    float result (float32), sums and differences keep the integer dtype."""
+    fmts = ("xyxy", "xywh", "cxcywh")
     if in_fmt not in fmts or out_fmt not in fmts:
         raise ValueError(f"in_fmt and out_fmt must be one of {list(fmts)}, got {in_fmt!r}, "
                          f"{out_fmt!r}")
-    return convert_bounding_box_format(boxes, fmts[out_fmt], old_format=fmts[in_fmt])
+    if not isinstance(boxes, torch.Tensor) or boxes.ndim < 1 or boxes.shape[-1] != 4:
+        raise ValueError(f"boxes must be a tensor [..., 4], got "
+                         f"{tuple(boxes.shape) if isinstance(boxes, torch.Tensor) else boxes!r}")
+    if in_fmt == out_fmt:
+        return boxes.clone()
+    x1, y1, x2, y2 = _xyxy(boxes, in_fmt).unbind(-1)
+    if out_fmt == "xyxy":
+        return torch.stack([x1, y1, x2, y2], -1)
+    if out_fmt == "xywh":
+        return torch.stack([x1, y1, x2 - x1, y2 - y1], -1)
+    return torch.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], -1)
 
 
 def clip_boxes_to_image(boxes: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:

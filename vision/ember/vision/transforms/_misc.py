@@ -147,34 +147,44 @@ class ConvertBoundingBoxFormat(Transform):
 
     def transform(self, inpt, params):
         if isinstance(inpt, tv_tensors.BoundingBoxes):
-            return F.convert_bounding_box_format(inpt, self.format)
+            return F.convert_bounding_box_format(inpt, new_format=self.format)
         return inpt
 
 
 class ClampBoundingBoxes(Transform):
-    """Clip every ``BoundingBoxes`` to its canvas."""
+    """Clip every ``BoundingBoxes`` to its canvas; ``clamping_mode`` 'auto' uses each
+    box tensor's own mode ('soft' and 'hard' clip axis-aligned boxes alike, None keeps)."""
+
+    def __init__(self, clamping_mode="auto") -> None:
+        super().__init__()
+        self.clamping_mode = F._boxes._check_clamping_mode(clamping_mode)
 
     def transform(self, inpt, params):
         if isinstance(inpt, tv_tensors.BoundingBoxes):
-            return F.clamp_bounding_boxes(inpt)
+            return F.clamp_bounding_boxes(inpt, clamping_mode=self.clamping_mode)
         return inpt
 
 
-def _default_labels(sample: Any):
-    def find(d):
-        if isinstance(d, dict):
-            for k, v in d.items():
-                if isinstance(k, str) and k.lower() == "labels":
-                    return v
-        return None
+def _label_key(d: dict):
+    """The key 'labels' (any case), else the first key containing 'label' (any case)."""
+    keys = [k for k in d if isinstance(k, str)]
+    exact = next((k for k in keys if k.lower() == "labels"), None)
+    return exact if exact is not None else next((k for k in keys if "label" in k.lower()), None)
 
-    found = find(sample)
-    if found is None and isinstance(sample, (tuple, list)) and len(sample) >= 2:
-        found = find(sample[1])
-    if found is None:
-        raise ValueError("SanitizeBoundingBoxes found no 'labels' key in the sample; pass "
-                         "labels_getter=None or a callable returning the labels")
-    return found
+
+def _default_labels(sample: Any):
+    """torchvision's heuristic: the sample (or the second item of a pair) is a dict with a
+    label-like key, or the second item of a pair is the labels tensor itself."""
+    inner = sample[1] if isinstance(sample, (tuple, list)) and len(sample) >= 2 else sample
+    if isinstance(inner, torch.Tensor) and not isinstance(inner, tv_tensors.TVTensor):
+        return inner
+    if isinstance(inner, dict):
+        key = _label_key(inner)
+        if key is not None:
+            return inner[key]
+    raise ValueError("SanitizeBoundingBoxes found no labels in the sample (a dict key 'labels' "
+                     "or one containing 'label'); pass labels_getter=None or a callable "
+                     "returning the labels")
 
 
 class SanitizeBoundingBoxes(Transform):

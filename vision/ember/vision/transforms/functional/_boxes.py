@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ember.vision import tv_tensors
-from ember.vision.transforms.functional._registry import dispatcher, register_boxes, register_raw
+from ember.vision.transforms.functional._registry import dispatcher, register_raw
 from ember.vision.tv_tensors import BoundingBoxFormat, _as_format
 
 
@@ -47,39 +47,121 @@ def clamp_xyxy(xyxy: torch.Tensor, canvas_size: tuple[int, int]) -> torch.Tensor
     return torch.stack([x[..., 0], y[..., 0], x[..., 1], y[..., 1]], dim=-1)
 
 
+def _convert_arith(boxes: torch.Tensor, old: BoundingBoxFormat,
+                   new: BoundingBoxFormat) -> torch.Tensor:
+    """Convert with torchvision's arithmetic, integer boxes included: sums and differences
+    stay integer, halving of an integer size floors, and a centre form goes through float32
+    and truncates back to the integer dtype."""
+    out = boxes.clone()
+    if old == new:
+        return out
+    is_int = not boxes.is_floating_point()
+    floor = "floor" if is_int else None
+    if old == BoundingBoxFormat.XYWH and new == BoundingBoxFormat.CXCYWH:
+        out[..., :2] += out[..., 2:].div(2, rounding_mode=floor)
+        return out
+    if old == BoundingBoxFormat.CXCYWH:
+        f = out.float() if is_int else out
+        xy = f[..., :2] - f[..., 2:] / 2
+        far = xy + f[..., 2:]
+        if is_int:
+            xy, far = xy.to(boxes.dtype), far.to(boxes.dtype)
+        if new == BoundingBoxFormat.XYWH:
+            return torch.cat([xy, far - xy], dim=-1)
+        out = torch.cat([xy, far], dim=-1)  # XYXY, then on to the requested format
+    elif old == BoundingBoxFormat.XYWH:
+        out[..., 2:] += out[..., :2]
+    if new == BoundingBoxFormat.XYWH:
+        out[..., 2:] -= out[..., :2]
+    elif new == BoundingBoxFormat.CXCYWH:
+        out[..., 2:] -= out[..., :2]
+        out[..., :2] = (out[..., :2] * 2 + out[..., 2:]).div(2, rounding_mode=floor)
+    return out
+
+
 @dispatcher
-def convert_bounding_box_format(inpt, new_format, old_format=None):
-    """Boxes in ``new_format``; ``old_format`` is needed only for plain tensors."""
+def convert_bounding_box_format(inpt, old_format=None, new_format=None, inplace=False):
+    """Boxes in ``new_format`` (torchvision's signature: ``old_format`` comes first and is
+    given only for plain tensors; a ``BoundingBoxes`` carries its own)."""
 
 
-def _convert_plain(boxes, new_format, old_format=None):
+def _check_new(new_format):
+    if new_format is None:
+        raise TypeError("convert_bounding_box_format() missing 1 required argument: "
+                        "'new_format'")
+    return _as_format(new_format)
+
+
+def _finish(boxes, out, inplace):
+    if inplace:
+        boxes.copy_(out)
+        return boxes
+    return out
+
+
+def _convert_plain(boxes, old_format=None, new_format=None, inplace=False):
+    new = _check_new(new_format)
     if old_format is None:
-        raise ValueError("old_format is required when boxes is a plain tensor")
-    old, new = _as_format(old_format), _as_format(new_format)
-    dtype = boxes.dtype
-    out = from_xyxy(to_xyxy(boxes.to(torch.float32), old), new)
-    return (out.round() if not dtype.is_floating_point else out).to(dtype)
+        raise ValueError("convert_bounding_box_format: old_format is required when boxes is a "
+                         "plain tensor")
+    return _finish(boxes, _convert_arith(boxes, _as_format(old_format), new), inplace)
 
 
-def _convert_typed(boxes, new_format, old_format=None):
-    new = _as_format(new_format)
-    out = _convert_plain(tv_tensors.unwrap(boxes), new, boxes.format)
+def _convert_typed(boxes, old_format=None, new_format=None, inplace=False):
+    new = _check_new(new_format)
+    if old_format is not None:
+        raise ValueError("convert_bounding_box_format: old_format must not be passed for a "
+                         "BoundingBoxes input (it carries its own format)")
+    raw = tv_tensors.unwrap(boxes)
+    out = _finish(raw, _convert_arith(raw, boxes.format, new), inplace)
     return tv_tensors.wrap(out, like=boxes, format=new)
 
 
+_CLAMPING_MODES = ("soft", "hard", "auto", None)
+
+
+def _check_clamping_mode(mode):
+    if mode not in _CLAMPING_MODES:
+        raise ValueError(f"clamping_mode must be 'soft', 'hard', 'auto' or None, got {mode!r}")
+    return mode
+
+
+def _clamp_arith(boxes, fmt, canvas_size, mode):
+    """Clip to the canvas; for axis-aligned boxes 'soft' and 'hard' clip alike, None keeps."""
+    if mode is None:
+        return boxes.clone()
+    xyxy = _convert_arith(boxes.float() if not boxes.is_floating_point() else boxes, fmt,
+                          BoundingBoxFormat.XYXY)
+    out = _convert_arith(clamp_xyxy(xyxy, canvas_size), BoundingBoxFormat.XYXY, fmt)
+    return out.to(boxes.dtype)
+
+
 @dispatcher
-def clamp_bounding_boxes(inpt, format=None, canvas_size=None):
-    """Clip boxes to their canvas; ``format`` and ``canvas_size`` only for plain tensors."""
+def clamp_bounding_boxes(inpt, format=None, canvas_size=None, clamping_mode="auto"):
+    """Clip boxes to their canvas; ``format``, ``canvas_size`` and a ``clamping_mode`` other
+    than 'auto' for plain tensors; 'auto' uses the ``BoundingBoxes``' own mode."""
 
 
-def _clamp_plain(boxes, format=None, canvas_size=None):
-    if format is None or canvas_size is None:
-        raise ValueError("format and canvas_size are required when boxes is a plain tensor")
-    out, _ = in_xyxy(lambda b, c: (clamp_xyxy(b, c), c))(boxes, _as_format(format), canvas_size)
-    return out
+def _clamp_plain(boxes, format=None, canvas_size=None, clamping_mode="auto"):
+    _check_clamping_mode(clamping_mode)
+    if format is None or canvas_size is None or clamping_mode == "auto":
+        raise ValueError("clamp_bounding_boxes: format, canvas_size and a clamping_mode other "
+                         "than 'auto' are required when boxes is a plain tensor")
+    return _clamp_arith(boxes, _as_format(format), tuple(canvas_size), clamping_mode)
+
+
+def _clamp_typed(boxes, format=None, canvas_size=None, clamping_mode="auto"):
+    _check_clamping_mode(clamping_mode)
+    if format is not None or canvas_size is not None:
+        raise ValueError("clamp_bounding_boxes: format and canvas_size must not be passed for "
+                         "a BoundingBoxes input (it carries its own)")
+    if clamping_mode == "auto":
+        clamping_mode = boxes.clamping_mode
+    out = _clamp_arith(tv_tensors.unwrap(boxes), boxes.format, boxes.canvas_size, clamping_mode)
+    return tv_tensors.wrap(out, like=boxes)
 
 
 register_raw(convert_bounding_box_format, torch.Tensor, _convert_plain)
 register_raw(convert_bounding_box_format, tv_tensors.BoundingBoxes, _convert_typed)
 register_raw(clamp_bounding_boxes, torch.Tensor, _clamp_plain)
-register_boxes(clamp_bounding_boxes, in_xyxy(lambda b, c: (clamp_xyxy(b, c), c)))
+register_raw(clamp_bounding_boxes, tv_tensors.BoundingBoxes, _clamp_typed)
