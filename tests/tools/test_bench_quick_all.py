@@ -1,8 +1,8 @@
 """Every registered benchmark runs in --quick mode and returns a well-formed table.
 
-io, arrow, data and transforms together take well under a minute on 2 cores and stay in the
-fast set; the ones that compile models (compile, zoo) or spawn heavy peers (audio, attention)
-are marked slow.
+io, arrow, data, transforms and opinfo (two ops) together take well under a minute on 2
+cores and stay in the fast set; the ones that compile models (compile, zoo) or spawn heavy
+peers (audio, attention) are marked slow.
 """
 
 import math
@@ -11,7 +11,7 @@ import pytest
 
 from ember.tools.bench import BENCHMARKS, run
 
-FAST = {"io", "arrow", "data", "transforms"}
+FAST = {"io", "arrow", "data", "transforms", "opinfo"}
 SLOW = {"audio", "attention", "compile", "zoo"}
 
 

@@ -42,3 +42,11 @@ def test_division_feeding_a_rounding_op_is_a_true_division(ecompile):
         for o, r in zip(out[:3], ref[:3]):
             assert torch.equal(o, r)
         torch.testing.assert_close(out[3], ref[3])
+
+
+def test_variance_with_correction_at_least_the_count_is_nan_like_eager(ecompile, matches):
+    """Eager divides by max(N - correction, 0): a one-element var is nan, not -0."""
+    fn = lambda x, y: (*torch.var_mean(x), torch.var(y, correction=3),
+                       *torch.std_mean(y, 0, correction=2))
+    x, y = torch.tensor(1.5), torch.randn(2, 3)
+    matches(ecompile(fn)(x, y), fn(x, y))

@@ -31,6 +31,9 @@ def _bench(args: argparse.Namespace) -> int:
     print(f"Machine: {machine}" + (" (--quick sizes)" if args.quick else ""))
     results, failed = [], []
     options = {"backends": args.backends} if args.backends else {}
+    for opt in ("variants", "ops", "max_samples"):  # ember bench opinfo
+        if getattr(args, opt) is not None:
+            options[opt] = getattr(args, opt)
     for name, outcome in run_many(names, quick=args.quick, progress=not args.no_progress,
                                   **options):
         print()
@@ -90,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--backends", metavar="LIST",
                        help="comma list of compile backends, e.g. eager,inductor,ember "
                             "(for benchmarks that compare backends: compile)")
+    bench.add_argument("--variants", metavar="LIST",
+                       help="opinfo: comma list of float32,float32_grad,bfloat16,int64 "
+                            "(default float32)")
+    bench.add_argument("--ops", metavar="LIST",
+                       help="opinfo: comma list of OpInfo names (default: all of op_db)")
+    bench.add_argument("--max-samples", metavar="N", type=int,
+                       help="opinfo: samples per op (default 8; 0 = all)")
     bench.set_defaults(func=_bench)
     demo = sub.add_parser("demo", help="run the end-to-end demo")
     demo.add_argument("--quick", action="store_true", help="tiny sizes")

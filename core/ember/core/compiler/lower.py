@@ -825,8 +825,38 @@ def _var(ctx, x, dims, correction=1, *, output_dtype=None):
     diff = pointwise(full, "sub", x, mean)
     sq = pointwise(full, "mul", diff, diff)
     ss = reduce(ctx, sq, d, False, "sum", dtype)
-    denom = count - sym(correction)
+    # eager divides by max(N - correction, 0): 0 (a nan or inf result) when N <= correction
+    denom = sympy.Max(count - sym(correction), 0)
     return pointwise(ctx, "truediv", ss, denom)
+
+
+@register(aten._weight_norm_interface_backward)
+def _weight_norm_backward(ctx, grad_w, v, g, norms, dim):
+    """Backward of ``w = v * (g / ||v||)`` (norm over every dim but ``dim``), as ATen's kernel
+    computes it: grad_g = sum(grad_w * v) / norm, grad_v = (g / norm) * (grad_w - v * (grad_g
+    / norm)); one reduction, the rest fused. float32/float64 only (ATen's half path
+    accumulates differently)."""
+    tensors = (grad_w, v, g, norms)
+    n = len(v.size) if isinstance(v, TensorValue) else 0
+    dim = _norm_dim(dim, n) if n else dim
+    dtype = v.dtype if isinstance(v, TensorValue) else None
+    if not all(isinstance(t, TensorValue) for t in tensors) or \
+            dtype not in (torch.float32, torch.float64) or \
+            any(t.dtype != dtype for t in tensors) or dim not in (0, n - 1) or \
+            not ir.same_sizes(grad_w.size, v.size):
+        raise Unsupported("weight_norm backward other than float32/float64 over dim 0 or -1")
+    gsize = [v.size[d] if d == dim else sympy.Integer(1) for d in range(n)]
+    if not (ir.same_sizes(g.size, gsize) and ir.same_sizes(norms.size, gsize)):
+        raise Unsupported("weight_norm backward with unexpected g / norms shapes")
+    full, small = _with_dtype(ctx, dtype, list(v.size)), _with_dtype(ctx, dtype, gsize)
+    others = [d for d in range(n) if d != dim]
+    dot = reduce(ctx, pointwise(full, "mul", grad_w, v), others, True, "sum", dtype)
+    grad_g = pointwise(small, "truediv", dot, norms)
+    scale = pointwise(small, "truediv", g, norms)
+    ratio = pointwise(small, "truediv", grad_g, norms)
+    grad_v = pointwise(full, "mul", scale,
+                       pointwise(full, "sub", grad_w, pointwise(full, "mul", v, ratio)))
+    return grad_v, grad_g
 
 
 # ---------------------------------------------------------------- the graph walk

@@ -22,6 +22,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "arrow": ("ember.tools.bench.arrow:run", "DataFrame ops vs pandas and polars"),
     "zoo": ("ember.tools.bench.zoo:run",
             "model zoo under eager, inductor and ember, float32 and AMP, inference and training"),
+    "opinfo": ("ember.tools.bench.opinfo:run",
+               "PyTorch's OpInfo catalogue through ember and Inductor: pass / wrong / error"),
 }
 
 

@@ -1,0 +1,50 @@
+import pytest
+
+from ember.core.compiler import opinfo as core_opinfo
+from ember.tools import cli
+from ember.tools.bench import opinfo
+
+
+def test_counts_per_variant_and_backend_for_a_couple_of_ops():
+    result = opinfo.run(backends="ember", variants="float32,int64", ops="abs,sin",
+                        max_samples=1)
+    cols = result.columns
+    assert cols[:3] == ["variant", "backend", "ops"]
+    rows = {(r[0], r[1]): dict(zip(cols, r)) for r in result.rows}
+    assert set(rows) == {("float32", "ember"), ("int64", "ember")}
+    assert rows[("float32", "ember")]["pass"] == 2
+    assert rows[("int64", "ember")]["pass"] == 2  # sin of int64 gives float32
+    for r in rows.values():
+        assert r["wrong"] == r["error"] == 0
+        assert sum(r[s] for s in opinfo.STATUSES) == r["ops"]
+
+
+def test_wrong_results_and_errors_are_counted_and_named(monkeypatch):
+    def fake(op, variant, backend, *, max_samples=None, options=None):
+        status = {"abs": "wrong", "add": "error"}.get(op.name, "pass")
+        return core_opinfo.OpResult(core_opinfo.op_name(op), variant, status, "why")
+    monkeypatch.setattr(core_opinfo, "check_op", fake)
+    result = opinfo.run(backends="ember,inductor", ops="abs,add,sin")
+    for row in result.rows:
+        r = dict(zip(result.columns, row))
+        assert (r["pass"], r["wrong"], r["error"]) == (1, 1, 1)
+    assert any("abs (wrong: why)" in n for n in result.notes)
+
+
+def test_unknown_variant_or_op_is_a_clear_error():
+    with pytest.raises(ValueError, match="variant"):
+        opinfo.run(variants="float16", ops="abs")
+    with pytest.raises(ValueError, match="no_such_op"):
+        opinfo.run(ops="no_such_op")
+
+
+def test_cli_passes_the_opinfo_options(monkeypatch):
+    seen = {}
+
+    def fake_run(quick=False, backends=None, variants=None, ops=None, max_samples=None):
+        seen.update(backends=backends, variants=variants, ops=ops, max_samples=max_samples)
+        return opinfo.BenchResult("opinfo", "t", ["variant", "pass ratio"], [["float32", 1.0]])
+    monkeypatch.setattr(opinfo, "run", fake_run)
+    assert cli.main(["bench", "opinfo", "--no-progress", "--variants", "int64",
+                     "--ops", "abs", "--max-samples", "3", "--backends", "ember"]) == 0
+    assert seen == {"variants": "int64", "ops": "abs", "max_samples": 3, "backends": "ember"}
