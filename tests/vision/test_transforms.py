@@ -284,7 +284,8 @@ def test_every_transform_pickles_and_reprs():
              T.ToDtype(torch.float32), T.RandomErasing(), T.AutoAugment(), T.RandAugment(),
              T.TrivialAugmentWide(), T.MixUp(num_classes=3), T.CutMix(num_classes=3),
              T.ConvertBoundingBoxFormat("XYWH"), T.ClampBoundingBoxes(),
-             T.SanitizeBoundingBoxes()]
+             T.SanitizeBoundingBoxes(), T.ToImage(), T.PILToTensor(), T.ToPILImage(),
+             T.ToPureTensor()]
     names = {type(t).__name__ for t in every}
     assert names == set(T.__all__) - {"functional", "Transform", "InterpolationMode",
                                       "AutoAugmentPolicy"}
@@ -292,7 +293,8 @@ def test_every_transform_pickles_and_reprs():
     for t in every:
         back = pickle.loads(pickle.dumps(t))
         assert type(back) is type(t) and repr(back) == repr(t)
-        if isinstance(t, (T.MixUp, T.CutMix, T.SanitizeBoundingBoxes, T.Normalize)):
+        if isinstance(t, (T.MixUp, T.CutMix, T.SanitizeBoundingBoxes, T.Normalize,
+                          T.ToPILImage)):
             continue
         torch.manual_seed(0)
         a = t(x)

@@ -38,6 +38,12 @@ from ember.vision.transforms._misc import (
     ToDtype,
 )
 from ember.vision.transforms._transform import Transform
+from ember.vision.transforms._type_conversion import (
+    PILToTensor,
+    ToImage,
+    ToPILImage,
+    ToPureTensor,
+)
 from ember.vision.transforms.functional import InterpolationMode
 
 __all__ = [
@@ -48,5 +54,5 @@ __all__ = [
     "RandomPerspective", "ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur",
     "Normalize", "ToDtype", "RandomErasing", "AutoAugment", "AutoAugmentPolicy", "RandAugment",
     "TrivialAugmentWide", "MixUp", "CutMix", "ConvertBoundingBoxFormat", "ClampBoundingBoxes",
-    "SanitizeBoundingBoxes",
+    "SanitizeBoundingBoxes", "ToImage", "PILToTensor", "ToPILImage", "ToPureTensor",
 ]

@@ -23,6 +23,9 @@ from ember.vision.transforms.functional._utils import InterpolationMode, as_inte
 
 
 class _BatchMix(Transform):
+    pil = "reject"
+    pil_error = ValueError
+
     def __init__(self, *, alpha: float = 1.0, num_classes: int | None = None,
                  labels_getter: Callable | str = "default") -> None:
         super().__init__()

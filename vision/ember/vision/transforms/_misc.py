@@ -26,6 +26,7 @@ class Normalize(Transform):
     """``(image - mean) / std`` per channel on float images."""
 
     chunkable = True
+    pil = "reject"
 
     def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False):
         super().__init__()
@@ -50,6 +51,7 @@ class ToDtype(Transform):
     """Convert dtypes; ``dtype`` may be a dict {type: dtype, "others": dtype}."""
 
     chunkable = True
+    pil = "pass"
 
     def __init__(self, dtype, scale: bool = False) -> None:
         super().__init__()
@@ -141,6 +143,8 @@ class RandomErasing(RandomTransform):
 class ConvertBoundingBoxFormat(Transform):
     """Convert every ``BoundingBoxes`` in the sample to ``format``."""
 
+    pil = "pass"
+
     def __init__(self, format) -> None:
         super().__init__()
         self.format = _as_format(format)
@@ -154,6 +158,8 @@ class ConvertBoundingBoxFormat(Transform):
 class ClampBoundingBoxes(Transform):
     """Clip every ``BoundingBoxes`` to its canvas; ``clamping_mode`` 'auto' uses each
     box tensor's own mode ('soft' and 'hard' clip axis-aligned boxes alike, None keeps)."""
+
+    pil = "pass"
 
     def __init__(self, clamping_mode="auto") -> None:
         super().__init__()
@@ -190,6 +196,8 @@ def _default_labels(sample: Any):
 class SanitizeBoundingBoxes(Transform):
     """Drop degenerate boxes (side < ``min_size``, area < ``min_area``, off canvas) and the
     labels and instance masks that go with them."""
+
+    pil = "pass"
 
     def __init__(self, min_size: float = 1.0, min_area: float = 1.0,
                  labels_getter: Callable | str | None = "default") -> None:

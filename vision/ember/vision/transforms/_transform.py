@@ -6,11 +6,17 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import PIL.Image
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_map_only, tree_unflatten
 
 from ember.vision import tv_tensors
+from ember.vision.transforms.functional._type_conversion import (
+    PILImage,
+    image_as_pil,
+    pil_as_image,
+)
 from ember.vision.transforms.functional._utils import per_image_parallel
 
 _CHUNK_BYTES = 6 << 20  # a few images per chunk: cache-resident, little Python overhead
@@ -28,7 +34,8 @@ def plain(x: torch.Tensor) -> torch.Tensor:
 def transformed_leaves(leaves: list) -> list[bool]:
     """Which leaves a transform acts on: typed tensors, and the first plain tensor when the
     sample has no ``Image``/``Video`` (it is taken as the image); everything else passes."""
-    has_image = any(isinstance(x, (tv_tensors.Image, tv_tensors.Video)) for x in leaves)
+    has_image = any(isinstance(x, (tv_tensors.Image, tv_tensors.Video, PIL.Image.Image))
+                    for x in leaves)
     out, plain_taken = [], has_image
     for x in leaves:
         if isinstance(x, tv_tensors.TVTensor):
@@ -216,7 +223,7 @@ def run_fused(stages: Sequence[Transform], sample: Any) -> Any:
     leaves, spec = tree_flatten(sample)
     chosen = transformed_leaves(leaves)
     targets = [x for x, c in zip(leaves, chosen) if c]
-    plan = _chunk_plan(targets)
+    plan = None if has_pil(leaves) else _chunk_plan(targets)
     if plan is None:
         for t in stages:
             sample = t(sample)
@@ -296,12 +303,33 @@ def _into_stage(active: list) -> int:
     return j
 
 
-class Transform(nn.Module):
-    """Base class: ``make_params`` draws once per call, ``transform`` maps one leaf."""
+def has_pil(tree: Any) -> bool:
+    return any(isinstance(x, PIL.Image.Image) for x in tree_flatten(tree)[0])
 
+
+class Transform(nn.Module):
+    """Base class: ``make_params`` draws once per call, ``transform`` maps one leaf.
+
+    PIL images in a sample (``pil = "convert"``, the default) become tensor images for the
+    call and come back as PIL images; ``"pass"`` leaves them untouched and ``"reject"``
+    raises ``pil_error``, where torchvision's transform of the same name does so."""
+
+    pil: str = "convert"
+    pil_error: type = TypeError
     per_sample: bool = False
     chunkable: bool = False  # transform() treats images independently along dim 0
     in_place: bool = False  # transform_() computes into its input, keeping shape and dtype
+
+    def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
+        if self.pil == "pass" or not has_pil(inputs):
+            return super().__call__(*inputs, **kwargs)
+        name = type(self).__name__
+        if self.pil == "reject":
+            raise self.pil_error(f"{name}() does not support PIL images; convert them with "
+                                 f"ToImage() first")
+        converted = tree_map_only(PIL.Image.Image, lambda x: pil_as_image(x, name), inputs)
+        out = super().__call__(*converted, **kwargs)
+        return tree_map_only(PILImage, image_as_pil, out)
 
     def make_params(self, leaves: list) -> dict[str, Any]:
         return {}

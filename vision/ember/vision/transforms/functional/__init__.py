@@ -43,7 +43,12 @@ from ember.vision.transforms.functional._misc import (
     normalize,
     to_dtype,
 )
-from ember.vision.transforms.functional._registry import register_kernel
+from ember.vision.transforms.functional._registry import register_kernel, register_pil
+from ember.vision.transforms.functional._type_conversion import (
+    pil_to_tensor,
+    to_image,
+    to_pil_image,
+)
 from ember.vision.transforms.functional._utils import InterpolationMode
 
 __all__ = [
@@ -55,4 +60,13 @@ __all__ = [
     "autocontrast", "equalize",
     "normalize", "to_dtype", "gaussian_blur", "erase",
     "convert_bounding_box_format", "clamp_bounding_boxes",
+    "to_image", "pil_to_tensor", "to_pil_image",
 ]
+
+# the functionals torchvision gives a PIL kernel: PIL in, PIL out (through the tensor kernel)
+for _f in (adjust_brightness, adjust_contrast, adjust_gamma, adjust_hue, adjust_saturation,
+           adjust_sharpness, affine, autocontrast, crop, equalize, erase,
+           gaussian_blur, horizontal_flip, invert, pad, perspective, posterize, resize,
+           resized_crop, rgb_to_grayscale, rotate, solarize, vertical_flip):
+    register_pil(_f)
+del _f

@@ -28,15 +28,13 @@ def from_xyxy(boxes: torch.Tensor, fmt: BoundingBoxFormat) -> torch.Tensor:
 
 
 def in_xyxy(fn):
-    """Run a box kernel written for float XYXY boxes on any format and dtype."""
+    """Run a box kernel written for float XYXY boxes on any format and dtype; integer boxes
+    are truncated back to their dtype, as torchvision's box kernels do."""
     def kernel(boxes, fmt, canvas_size, *args, **kwargs):
         dtype = boxes.dtype
         xyxy = to_xyxy(boxes.to(torch.float32) if not dtype.is_floating_point else boxes, fmt)
         out, canvas = fn(xyxy, canvas_size, *args, **kwargs)
-        out = from_xyxy(out, fmt)
-        if not dtype.is_floating_point:
-            out = out.round()
-        return out.to(dtype), canvas
+        return from_xyxy(out, fmt).to(dtype), canvas
     return kernel
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import PIL.Image
 import torch
 import torch.nn.functional as tF
 
@@ -35,6 +36,8 @@ from ember.vision.transforms.functional._utils import (
 def _size_of(inpt) -> tuple[int, int]:
     if isinstance(inpt, tv_tensors.BoundingBoxes):
         return inpt.canvas_size
+    if isinstance(inpt, PIL.Image.Image):
+        return inpt.height, inpt.width
     if not isinstance(inpt, torch.Tensor) or inpt.ndim < 2:
         raise TypeError(f"expected an image, video, mask or boxes tensor, "
                         f"got {type(inpt).__name__}")
@@ -258,7 +261,16 @@ def center_crop(inpt, output_size: int | Sequence[int]):
     size = _check_size(output_size, "output_size")
     oh, ow = (size[0], size[0]) if len(size) == 1 else size
     h, w = _size_of(inpt)
-    return crop(inpt, int(round((h - oh) / 2.0)), int(round((w - ow) / 2.0)), oh, ow)
+    return crop(inpt, _center_offset(h, oh), _center_offset(w, ow), oh, ow)
+
+
+def _center_offset(size: int, crop_size: int) -> int:
+    """Where the central window starts: half the excess rounded half-to-even inside the
+    input; when the window is larger, the padding before is the floor of half the excess
+    (torchvision's image kernel: pad (excess // 2, (excess + 1) // 2), then crop)."""
+    if crop_size > size:
+        return -((crop_size - size) // 2)
+    return int(round((size - crop_size) / 2.0))
 
 
 def five_crop(inpt, size: int | Sequence[int]):

@@ -94,3 +94,12 @@ def register_passthrough(functional: Callable, *types: type) -> None:
 def register_raw(functional: Callable, cls: type, kernel: Callable) -> None:
     """Register ``kernel(inpt, ...)`` for ``cls`` as is (no unwrapping)."""
     _KERNELS[functional][cls] = kernel
+
+
+def register_pil(functional: Callable) -> None:
+    """PIL images go through ``functional``'s Image kernel and come back as PIL images."""
+    import PIL.Image
+
+    from ember.vision.transforms.functional._type_conversion import pil_kernel
+
+    _KERNELS[functional][PIL.Image.Image] = pil_kernel(functional)
