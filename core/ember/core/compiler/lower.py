@@ -57,6 +57,16 @@ EXTERN_OPS = {
     aten.copy_,  # input mutations AOTAutograd keeps in inference graphs
 }
 LOWERINGS: dict = {}
+
+
+def _is_extern(packet) -> bool:
+    """ATen ops expected to run in ATen, and the ops declared through ``ember.core.kernels``
+    (``ember::sdpa``, domain kernels): those are our own kernels, not an eager fallback."""
+    if packet in EXTERN_OPS:
+        return True
+    from ember.core import kernels
+
+    return getattr(packet, "_qualified_op_name", None) in kernels._registry
 # Prims worth storing rather than recomputing when a value has several readers.
 _COSTLY = {"exp", "exp2", "expm1", "log", "log1p", "log2", "tanh", "erf", "erfc", "sigmoid",
            "pow", "sin", "cos", "tan", "atan2"}
@@ -238,9 +248,23 @@ def _int_out(ctx: Ctx, name: str):
 
 @register(aten.fmod, aten.remainder)
 def _fmod(ctx, a, b):
-    _int_out(ctx, "fmod/remainder")
-    return pointwise(ctx, "fmod" if ctx.node.target._overloadpacket is aten.fmod
-                     else "remainder", a, b)
+    name = "fmod" if ctx.node.target._overloadpacket is aten.fmod else "remainder"
+    if compute_dtype(ctx.dtype).is_floating_point:
+        return pointwise(ctx, name, a, b)
+    # integers (torch.roll's index arithmetic): exact with C++'s % when the divisor is a known
+    # constant other than 0 (eager raises) and -1 (INT_MIN % -1 overflows in C++); fmod takes
+    # the dividend's sign, remainder the divisor's (e_rem corrects %'s result)
+    if isinstance(b, sympy.Expr) and b.is_Integer:
+        b = int(b)
+    dtype = ctx.dtype
+    if ctx.graph.device != "cpu" or dtype == torch.bool or not isinstance(a, TensorValue) \
+            or isinstance(b, (bool, TensorValue)) or not isinstance(b, int) or b in (0, -1) \
+            or not torch.iinfo(dtype).min <= b <= torch.iinfo(dtype).max:
+        raise Unsupported(f"integer {name} by a divisor that is not a known constant "
+                          "other than 0 and -1")
+    cdt, size = compute_dtype(dtype), ctx.size
+    return Lazy(dtype, size, lambda i: cast(
+        op(name, cdt, bload(a, size, i, cdt), const(b, cdt)), dtype))
 
 
 @register(aten.add, aten.sub)
@@ -496,6 +520,151 @@ def _as_strided(ctx, x, size, stride, storage_offset=None):
         raise Unsupported("as_strided of a view")
     off = sym(storage_offset) if storage_offset is not None else sympy.Integer(0)
     return StridedView(x.buf, [sym(s) for s in size], [sym(s) for s in stride], off)
+
+
+@register(aten.repeat)
+def _repeat(ctx, x, repeats):
+    """``x.repeat(*repeats)`` as an index map: output dim d reads input dim d modulo its size
+    (leading dims that ``repeats`` adds read nothing)."""
+    size = ctx.size
+    pad = len(size) - len(x.size)
+    if pad < 0:
+        raise Unsupported("repeat with fewer repeats than dims")
+
+    def fn(i):
+        idx = []
+        for k, s in enumerate(x.size):
+            j = i[pad + k]
+            idx.append(j if ir.same(s, size[pad + k]) else
+                       sympy.Integer(0) if s == 0 or s == 1 else sympy.Mod(j, s))
+        return x.load(idx)
+    return Lazy(x.dtype, size, fn)
+
+
+def _static_int(v) -> int | None:
+    v = sympy.sympify(v) if v is not None else None
+    return int(v) if v is not None and v.is_Integer else None
+
+
+def _dense_scatter(ctx, x, src, cstride: list, view: list, vstride: list, offset: int):
+    """as_strided_scatter whose view is dense (contiguous strides for its own shape, e.g. a
+    reshape of a flattened input): the elements at linear positions [offset, offset + N)
+    of the contiguous ``x`` come from ``src`` unravelled."""
+    total = int(ir.numel(list(x.size)))
+    numel = int(ir.numel(view))
+    if vstride != [int(v) for v in contiguous_strides(view)] or offset + numel > total:
+        raise Unsupported("as_strided_scatter view that is neither a box nor dense")
+    dtype, size = ctx.dtype, ctx.size
+    cdt = compute_dtype(dtype)
+    src_stride = [int(v) for v in contiguous_strides(view)]
+
+    def fn(i):
+        lin = sum((i[d] * cstride[d] for d in range(len(cstride))), sympy.Integer(0))
+        t = sympy.Min(sympy.Max(lin - offset, 0), numel - 1)
+        j = [sympy.floor(t / st) if k == 0 else sympy.Mod(sympy.floor(t / st), n)
+             for k, (st, n) in enumerate(zip(src_stride, view))]
+        hit = op("eq", torch.bool, ("index", torch.int64, lin),
+                 ("index", torch.int64, t + offset))
+        return cast(op("where", cdt, hit, cast(src.load(j), cdt), bload(x, size, i, cdt)),
+                    dtype)
+    return Lazy(dtype, size, fn)
+
+
+def _box_scatter(ctx, x, src, box: dict):
+    """``x`` with the strided box ``{dim: (start, step)}`` (static ints, every other dim whole)
+    replaced by ``src``: a pointwise select. Along a boxed dim, output position p takes
+    ``src[q]`` with q = clamp(floor((p - start) / step), 0, n - 1) when p == start + step * q;
+    the clamp keeps the unused load in bounds."""
+    dtype, size = ctx.dtype, ctx.size
+    cdt = compute_dtype(dtype)
+
+    def fn(i):
+        j, hit = list(i), None
+        for d, (start, step) in box.items():
+            n = int(src.size[d])
+            p = i[d]
+            q = sympy.Min(sympy.Max(sympy.floor((p - start) / step) if step > 1 else p - start,
+                                    0), n - 1)
+            j[d] = q
+            h = op("eq", torch.bool, ("index", torch.int64, p),
+                   ("index", torch.int64, start + step * q))
+            hit = h if hit is None else op("logical_and", torch.bool, hit, h)
+        new = cast(src.load(j), cdt)
+        if hit is None:
+            return cast(new, dtype)
+        return cast(op("where", cdt, hit, new, bload(x, size, i, cdt)), dtype)
+    return Lazy(dtype, size, fn)
+
+
+def _static_box(x, src, box: dict) -> bool:
+    """Every size static, the box inside ``x`` and ``src`` its exact shape."""
+    sizes = [_static_int(v) for v in [*x.size, *src.size]]
+    if None in sizes or len(src.size) != len(x.size):
+        return False
+    for d in range(len(x.size)):
+        start, step = box.get(d, (0, 1))
+        n, m = int(src.size[d]), int(x.size[d])
+        if n < 1 or start < 0 or step < 1 or start + step * (n - 1) >= m or \
+                (d not in box and n != m):
+            return False
+    return True
+
+
+@register(aten.slice_scatter)
+def _slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
+    """``x`` with ``x[start:end:step]`` along ``dim`` replaced by ``src`` (the backward of
+    slicing). Static sizes, start and step; CPU (the index printing of Min/Max/floor)."""
+    if ctx.graph.device != "cpu" or not isinstance(src, TensorValue) or \
+            not isinstance(x, TensorValue):
+        raise Unsupported("slice_scatter off CPU or of a scalar")
+    dim = _norm_dim(dim, len(x.size))
+    size_d = _static_int(x.size[dim])
+    start, step = (0 if start is None else _static_int(start)), _static_int(step)
+    if size_d is None or start is None or step is None:
+        raise Unsupported("slice_scatter with symbolic sizes, start or step")
+    start = min(max(start + size_d if start < 0 else start, 0), size_d)
+    if _static_int(src.size[dim]) == 0:
+        dtype, size = ctx.dtype, ctx.size
+        return Lazy(dtype, size, lambda i: bload(x, size, i, dtype))
+    if not _static_box(x, src, {dim: (start, step)}):
+        raise Unsupported("slice_scatter with symbolic sizes or a source off the slice")
+    return _box_scatter(ctx, x, src, {dim: (start, step)})
+
+
+@register(aten.as_strided_scatter)
+def _as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
+    """``x`` with ``x.as_strided(size, stride, offset)`` replaced by ``src``, when that view
+    is a strided box of a contiguous ``x`` (eager's layout, checked on the FX value): every
+    view dim d of size > 1 walks input dim d with stride step_d * contiguous_stride[d], and
+    the offset splits into per-dim starts. Anything else is refused."""
+    x_val = meta_val(ctx.node.args[0])
+    if ctx.graph.device != "cpu" or not isinstance(src, TensorValue) or \
+            not isinstance(x, TensorValue) or x_val is None or not x_val.is_contiguous() or \
+            x_val.storage_offset() != 0:
+        raise Unsupported("as_strided_scatter of a non-contiguous input")
+    shape = [_static_int(v) for v in x.size]
+    view = [_static_int(sym(v)) for v in size]
+    vstride = [_static_int(sym(v)) for v in stride]
+    offset = _static_int(sym(storage_offset or 0))
+    if None in shape or None in view or None in vstride or offset is None or 0 in shape or \
+            0 in view or [_static_int(v) for v in src.size] != view:
+        raise Unsupported("as_strided_scatter with symbolic or empty sizes")
+    cstride = [int(v) for v in contiguous_strides(shape)]
+    if len(view) != len(shape):
+        return _dense_scatter(ctx, x, src, cstride, view, vstride, offset)
+    box, rest = {}, offset
+    for d in range(len(shape)):  # the offset in mixed radix: one start per dim
+        start, rest = divmod(rest, cstride[d])
+        if start >= shape[d]:
+            raise Unsupported("as_strided_scatter offset outside the input")
+        step = 1 if view[d] == 1 else vstride[d] // cstride[d]
+        if view[d] != 1 and (vstride[d] % cstride[d] or step < 1):
+            raise Unsupported("as_strided_scatter view that is not a strided box")
+        if (start, step, view[d]) != (0, 1, shape[d]):
+            box[d] = (start, step)
+    if rest or not _static_box(x, src, box):
+        raise Unsupported("as_strided_scatter view that is not a strided box")
+    return _box_scatter(ctx, x, src, box)
 
 
 @register(aten.view, aten._unsafe_view, aten.reshape, prims.reshape, aten.view_copy)
@@ -960,9 +1129,9 @@ class GraphLowering:
                 pass
             except Unsupported as e:
                 self._note_fallback(target, str(e))
-        elif packet not in EXTERN_OPS:
+        elif not _is_extern(packet):
             self._note_fallback(target, "no lowering")
-        return self._extern(node, args, kwargs, fallback=packet not in EXTERN_OPS)
+        return self._extern(node, args, kwargs, fallback=not _is_extern(packet))
 
     def _check_tensor(self, t) -> None:
         # complex tensors may enter the graph: only externs/eager ops touch them

@@ -52,7 +52,7 @@ PRIMS: dict[str, tuple[int, str, str]] = {
     "round": (1, "math", "std::nearbyint({0})"),
     "pow": (2, "math", "std::pow({0}, {1})"),
     "atan2": (2, "math", "std::atan2({0}, {1})"),
-    "fmod": (2, "math", "std::fmod({0}, {1})"),
+    "fmod": (2, "math", "e_fmod<{T}>({0}, {1})"),
     "remainder": (2, "math", "e_rem<{T}>({0}, {1})"),
     "floordiv": (2, "math", "e_floordiv<{T}>({0}, {1})"),
     "truncdiv": (2, "math", "std::trunc({0} / {1})"),
@@ -108,12 +108,19 @@ CPP_PRELUDE = r"""
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <omp.h>
 template <typename T> static inline T e_max(T a, T b) { return (a != a || a > b) ? a : b; }
 template <typename T> static inline T e_min(T a, T b) { return (a != a || a < b) ? a : b; }
+// integers: C++ % (truncating, the dividend's sign); lowering only emits integer fmod and
+// remainder with a constant divisor other than 0 and -1, so % is defined
+template <typename T> static inline T e_fmod(T a, T b) {
+  if constexpr (std::is_integral<T>::value) return static_cast<T>(a % b);
+  else return std::fmod(a, b);
+}
 template <typename T> static inline T e_rem(T a, T b) {
-  T r = std::fmod(a, b);
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+  T r = e_fmod<T>(a, b);
+  return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<T>(r + b) : r;
 }
 template <typename T> static inline T e_floordiv(T a, T b) {
   if (b == 0) return a / b;
