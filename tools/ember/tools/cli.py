@@ -31,6 +31,8 @@ def _bench(args: argparse.Namespace) -> int:
     print(f"Machine: {machine}" + (" (--quick sizes)" if args.quick else ""))
     results, failed = [], []
     options = {"backends": args.backends} if args.backends else {}
+    if args.suite:
+        options["suite"] = args.suite
     for opt in ("variants", "ops", "max_samples"):  # ember bench opinfo
         if getattr(args, opt) is not None:
             options[opt] = getattr(args, opt)
@@ -93,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--backends", metavar="LIST",
                        help="comma list of compile backends, e.g. eager,inductor,ember "
                             "(for benchmarks that compare backends: compile)")
+    bench.add_argument("--suite", metavar="NAME",
+                       help="model suite of `ember bench zoo`: default (our packages' models) "
+                            "or hf (HuggingFace transformers models)")
     bench.add_argument("--variants", metavar="LIST",
                        help="opinfo: comma list of float32,float32_grad,bfloat16,int64 "
                             "(default float32)")

@@ -272,8 +272,28 @@ def _count_fallbacks():
         logger.removeHandler(counter)
 
 
+@contextlib.contextmanager
+def _record_ember(entry: dict, backend: str):
+    """For Ember: the Dynamo graph breaks and the ops left to eager ATen during the block."""
+    if backend != "ember":
+        yield
+        return
+    from torch._dynamo.utils import counters
+
+    from ember.core.compiler import capture
+
+    before = sum(counters["graph_break"].values())
+    rec = capture.start_recording()
+    try:
+        yield
+    finally:
+        capture.stop_recording()
+        entry["graph_breaks"] = sum(counters["graph_break"].values()) - before
+        entry["eager_ops"] = sorted({str(o).removeprefix("aten.") for o in rec["fallback_ops"]})
+
+
 def _case(build: Callable[[bool], Workload], quick: bool, mode: str, precision: str,
-          device: str, rounds: int) -> dict:
+          device: str, rounds: int, tol: float | None = None) -> dict:
     """Eager reference and each backend for one (model, mode, precision)."""
     torch.manual_seed(0)
     work = build(quick)
@@ -281,7 +301,7 @@ def _case(build: Callable[[bool], Workload], quick: bool, mode: str, precision: 
     work.args = _map_tensors(work.args, lambda t: t.to(device))
     work.train_args = _map_tensors(work.train_args, lambda t: t.to(device))
     initial = copy.deepcopy(work.model.state_dict())
-    tol = TOLERANCE[(precision, mode)]
+    tol = TOLERANCE[(precision, mode)] if tol is None else tol
     _report("float64 reference")
     ref64 = _float64_reference(work, initial, mode, device)
     calls, out = {}, {}
@@ -291,7 +311,7 @@ def _case(build: Callable[[bool], Workload], quick: bool, mode: str, precision: 
         torch._dynamo.reset()
         entry = {"ok": False, "compile_s": 0.0, "fallbacks": 0, "error": ""}
         try:
-            with _count_fallbacks() as fallbacks:
+            with _count_fallbacks() as fallbacks, _record_ember(entry, backend):
                 call = _step(work, _compile(backend, model), mode, precision, device)
                 t0 = time.perf_counter()
                 result = call()
@@ -348,8 +368,20 @@ def _run_cases(names, quick, device, rounds, rows, errors, speedups, passed) -> 
     return total
 
 
-def run(quick: bool = False, models: str | None = None) -> BenchResult:
-    """All models (quick: one tiny transformer) x inference/training x float32/AMP."""
+SUITES = ("default", "hf")
+
+
+def run(quick: bool = False, models: str | None = None, suite: str = "default") -> BenchResult:
+    """All models (quick: one tiny transformer) x inference/training x float32/AMP.
+
+    ``suite="hf"``: the HuggingFace ``transformers`` models of :mod:`ember.tools.bench.zoo_hf`.
+    """
+    if suite not in SUITES:
+        raise ValueError(f"unknown zoo suite {suite!r}; known: {', '.join(SUITES)}")
+    if suite == "hf":
+        from ember.tools.bench import zoo_hf
+
+        return zoo_hf.run(quick=quick, models=models)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     names = (models or os.environ.get("EMBER_ZOO_MODELS") or "").split(",")
     names = [n for n in names if n] or list(QUICK_MODELS if quick else MODELS)
