@@ -41,8 +41,19 @@ def _chw(arr: np.ndarray) -> torch.Tensor:
 
 
 def _reference(data: torch.Tensor, mode: ImageReadMode) -> torch.Tensor:
-    """Pillow's own decode in the requested mode."""
+    """Pillow's own decode in the requested mode, except grey from colour, which is
+    torchvision's: the decoder's luma plane for JPEG, libpng's weights (0.2989, 0.587 as
+    15-bit fixed point, truncated) for PNG."""
     im = _pil(data)
+    if mode in (ImageReadMode.GRAY, ImageReadMode.GRAY_ALPHA) and im.mode not in ("L", "LA"):
+        if im.format == "JPEG" and mode is ImageReadMode.GRAY and im.mode == "RGB":
+            im.draft("YCbCr", im.size)
+            return _chw(im)[:1].contiguous()
+        if im.format == "PNG":
+            rgba = _chw(im.convert("RGBA")).to(torch.int32)
+            r, g, b = rgba[:3]
+            gray = ((9794 * r + 19234 * g + 3740 * b) >> 15).to(torch.uint8)[None]
+            return gray if mode is ImageReadMode.GRAY else torch.cat([gray, rgba[3:4].byte()])
     target = {ImageReadMode.GRAY: "L", ImageReadMode.GRAY_ALPHA: "LA",
               ImageReadMode.RGB: "RGB", ImageReadMode.RGB_ALPHA: "RGBA"}.get(mode)
     if target is None:  # UNCHANGED: Pillow's mode, palettes and CMYK expanded

@@ -120,13 +120,22 @@ def _load(im: Image.Image, op: str, fmt: str) -> None:
 
 
 def _png16_color(im: Image.Image, data: torch.Tensor, op: str) -> torch.Tensor | None:
-    """16-bit RGB(A) PNG as uint16, or None for other images.
+    """16-bit RGB(A) or grey + alpha PNG as uint16, or None for other images.
 
     Pillow holds such images as 8 bits (the high bytes). Decoding the same stream once more
     with the little-endian unpacker yields the low bytes, so both halves come from Pillow.
     """
     tile = im.tile[0] if len(im.tile) == 1 else None
     rawmode = tile.args if tile is not None else None
+    if rawmode == "LA;16B" and im.mode == "RGBA":
+        # 16-bit grey + alpha is 4 bytes a pixel, as 8-bit RGBA: unpacking the stream as
+        # RGBA yields (L high, L low, A high, A low) for every pixel
+        raw = PngImagePlugin.PngImageFile(io.BytesIO(data.numpy()))
+        raw.tile = [tile._replace(args="RGBA")]
+        _load(raw, op, "PNG")
+        b = np.asarray(raw).astype(np.uint16)
+        value = np.stack([b[..., 0] << 8 | b[..., 1], b[..., 2] << 8 | b[..., 3]])
+        return torch.from_numpy(np.ascontiguousarray(value))
     if not (isinstance(rawmode, str) and rawmode in ("RGB;16B", "RGBA;16B")):
         return None
     low = PngImagePlugin.PngImageFile(io.BytesIO(data.numpy()))
@@ -196,16 +205,54 @@ def _decode_one(data: torch.Tensor, mode: ImageReadMode, apply_exif_orientation:
     im, fmt = _open(data, op, expected)
     if fmt == "GIF":
         return _gif_frames(im, mode, op)
-    if size is not None and fmt == "JPEG":
-        im.draft(None, (size[1], size[0]))  # DCT scaling: smallest 1/2^k size >= (w, h)
-    if mode is ImageReadMode.UNCHANGED and fmt == "PNG" and not apply_exif_orientation:
+    if fmt == "JPEG" and (size is not None or mode is ImageReadMode.GRAY):
+        # GRAY: libjpeg's own grey output (the luma plane, as torchvision returns);
+        # size: DCT scaling to the smallest 1/2^k size >= (w, h)
+        gray = mode is ImageReadMode.GRAY and im.mode in ("RGB", "YCbCr", "L")
+        im.draft("L" if gray else None, (size[1], size[0]) if size is not None else im.size)
+    if fmt == "PNG" and not apply_exif_orientation:
         wide = _png16_color(im, data, op)
         if wide is not None:
-            return wide
+            return _convert16(wide, mode)
     _load(im, op, fmt)
     if apply_exif_orientation:
         im = ImageOps.exif_transpose(im)
+    if fmt == "PNG" and im.mode in ("I;16", "I;16B", "I;16L", "I"):
+        return _convert16(_to_tensor(im), mode)  # 16-bit grey keeps its 16 bits in every mode
+    if (fmt == "PNG" and mode in (ImageReadMode.GRAY, ImageReadMode.GRAY_ALPHA)
+            and im.mode in ("RGB", "RGBA", "P", "PA")):
+        return _gray8(_to_tensor(_convert(im, ImageReadMode.RGB_ALPHA)), mode)
     return _to_tensor(_convert(im, mode))
+
+
+def _gray8(rgba: torch.Tensor, mode: ImageReadMode) -> torch.Tensor:
+    """libpng's RGB -> grey of 8-bit samples (the weights of ``_gray16``, truncated), which
+    torchvision's PNG decoder returns; Pillow's "L" conversion rounds other weights."""
+    r, g, b = rgba[:3].to(torch.int32).unbind(0)
+    gray = ((9794 * r + 19234 * g + 3740 * b) >> 15).to(torch.uint8).unsqueeze(0)
+    return gray if mode is ImageReadMode.GRAY else torch.cat([gray, rgba[3:4]])
+
+
+def _gray16(rgb: torch.Tensor) -> torch.Tensor:
+    """libpng's RGB -> grey of 16-bit samples, as torchvision's decoder asks for it
+    (weights 0.2989 and 0.587 as 15-bit fixed point, blue the rest, rounded)."""
+    r, g, b = rgb.to(torch.int64).unbind(0)
+    return ((9794 * r + 19234 * g + 3740 * b + 16384) >> 15).to(torch.uint16).unsqueeze(0)
+
+
+def _convert16(img: torch.Tensor, mode: ImageReadMode) -> torch.Tensor:
+    """A uint16 [C, H, W] PNG (C = 1 to 4) in ``mode``; an added alpha is opaque."""
+    if mode is ImageReadMode.UNCHANGED:
+        return img
+    c = img.shape[0]
+    if mode in (ImageReadMode.GRAY, ImageReadMode.GRAY_ALPHA):
+        colour = img[:1] if c <= 2 else _gray16(img[:3])
+    else:
+        colour = img[:3] if c >= 3 else img[:1].expand(3, -1, -1)
+    if mode in (ImageReadMode.GRAY, ImageReadMode.RGB):
+        return colour.contiguous()
+    alpha = img[c - 1:] if c in (2, 4) else torch.full_like(img[:1], 65535)
+    return torch.cat([colour, alpha])
 
 
 def _gif_frames(im: Image.Image, mode: ImageReadMode, op: str) -> torch.Tensor:

@@ -50,23 +50,39 @@ register_image(normalize, _normalize)
 register_passthrough(normalize, tv_tensors.Mask, tv_tensors.BoundingBoxes)
 
 
+def _value_bits(dtype: torch.dtype) -> int:
+    info = torch.iinfo(dtype)
+    return info.bits - (1 if info.min < 0 else 0)
+
+
 def _to_dtype_image(img, dtype=torch.float32, scale=False):
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
     if not scale or img.dtype == dtype:
         return img.to(dtype)
+    if img.dtype == torch.bool or dtype == torch.bool:
+        raise TypeError(f"to_dtype(scale=True) converts between numeric dtypes, got "
+                        f"{img.dtype} -> {dtype}")
     src_f, dst_f = img.dtype.is_floating_point, dtype.is_floating_point
     if src_f and dst_f:
         return img.to(dtype)
     if src_f:
-        return img.mul(max_value(dtype) + 1.0 - 1e-3).to(dtype)
+        if (img.dtype == torch.float32 and dtype in (torch.int32, torch.int64)) or (
+                img.dtype == torch.float64 and dtype == torch.int64):
+            raise RuntimeError(f"to_dtype: {img.dtype} -> {dtype} cannot be scaled exactly "
+                               f"(the float has fewer mantissa bits than the integer range)")
+        top = max_value(dtype)
+        # [0, 1] -> [0, top]: times (top + 1 - eps), truncated; the clamp keeps 1.0 at top
+        # for uint16 too (65535.999 would wrap to 0 in the cast)
+        return img.mul(top + 1.0 - 1e-3).clamp_(0, top).to(dtype)
     if dst_f:
         return img.to(dtype).mul_(1.0 / max_value(img.dtype))
-    src_bits = torch.iinfo(img.dtype).bits - (0 if img.dtype == torch.uint8 else 1)
-    dst_bits = torch.iinfo(dtype).bits - (0 if dtype == torch.uint8 else 1)
+    # integer to integer: shift the value bits, computed in int64 (uint16 has no shifts)
+    src_bits, dst_bits = _value_bits(img.dtype), _value_bits(dtype)
+    wide = img.to(torch.int64)
     if src_bits > dst_bits:
-        return img.bitwise_right_shift(src_bits - dst_bits).to(dtype)
-    return img.to(dtype).bitwise_left_shift_(dst_bits - src_bits)
+        return wide.bitwise_right_shift_(src_bits - dst_bits).to(dtype)
+    return wide.bitwise_left_shift_(dst_bits - src_bits).to(dtype)
 
 
 @dispatcher
