@@ -1,6 +1,7 @@
-"""Lowerings HuggingFace models needed (repeat, integer fmod/remainder, slice and as_strided
-scatters, weight-norm backward), each against eager in strict mode; and explain() not
-listing our own kernels as eager ops."""
+"""Lowerings HuggingFace models needed (repeat, flip, integer fmod/remainder/division by
+constants, slice and as_strided scatters, weight-norm backward), each against eager in strict
+mode and checked absent from explain()'s eager ops; and explain() not listing our own kernels
+as eager ops."""
 
 import pytest
 import torch
@@ -37,6 +38,32 @@ def test_integer_fmod_remainder_by_constants_follow_python_and_c(ecompile, dtype
     if dtype == torch.int64:  # beyond float64's exact integers
         i = torch.cat([i, torch.tensor([2 ** 62 + 3, -(2 ** 62) - 5, -(2 ** 63)])])
     _exact(ecompile(f)(i), f(i))
+    # uint8: a negative divisor is outside the type, refused (eager's wrap-around stays eager)
+    assert explain(f, i).fallback_ops == ([] if dtype != torch.uint8 else
+                                          ["aten.remainder.Scalar", "aten.fmod.Scalar"])
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8])
+def test_integer_floor_and_trunc_division_by_constants(ecompile, dtype):
+    def f(i):
+        return (torch.div(i, 7, rounding_mode="floor"), torch.div(i, -7, rounding_mode="floor"),
+                torch.div(i, 7, rounding_mode="trunc"), torch.div(i, -3, rounding_mode="trunc"),
+                i // 4)
+
+    i = torch.arange(-100, 100).to(dtype)
+    if dtype == torch.int64:
+        i = torch.cat([i, torch.tensor([2 ** 62 + 3, -(2 ** 62) - 5, -(2 ** 63)])])
+    _exact(ecompile(f)(i), f(i))
+    assert explain(f, i).fallback_ops == []
+
+
+def test_flip_is_an_index_map(ecompile):
+    def f(x, m):  # wav2vec2's mask: flip, cumsum, flip
+        return x.flip(0), x.flip([0, -1]), m.flip([-1]).cumsum(-1).flip([-1]).bool()
+
+    x, m = torch.randn(5, 6), (torch.arange(12).reshape(2, 6) < 9).long()
+    _exact(ecompile(f)(x, m), f(x, m))
+    assert explain(f, x, m).fallback_ops == []
 
 
 def test_roll_runs_without_eager_ops(ecompile):
@@ -57,6 +84,8 @@ def test_integer_fmod_by_zero_minus_one_or_a_tensor_is_refused():
     ex = explain(f, i, j)
     _exact(ex.output, f(i, j))
     assert "aten.fmod.Scalar" in ex.fallback_ops and "aten.remainder.Tensor" in ex.fallback_ops
+    assert "aten.div.Tensor_mode" in explain(
+        lambda i: torch.div(i, -1, rounding_mode="floor"), i).fallback_ops
 
 
 def test_slice_scatter_with_start_end_step(ecompile):
@@ -68,6 +97,7 @@ def test_slice_scatter_with_start_end_step(ecompile):
 
     x, y = torch.randn(2, 6, 5), torch.randn(2, 3, 5)
     _exact(ecompile(f)(x, y), f(x, y))
+    assert explain(f, x, y).fallback_ops == []
 
 
 def test_strided_slicing_backward_matches_eager(ecompile):
@@ -96,6 +126,7 @@ def test_as_strided_scatter_boxes_and_dense_views(ecompile):
 
     x, y = torch.randn(2, 6, 5), torch.randn(2, 3, 5)
     _exact(ecompile(f)(x, y), f(x, y))
+    assert explain(f, x, y).fallback_ops == []
 
 
 def test_as_strided_scatter_that_is_no_box_stays_in_eager():

@@ -251,9 +251,15 @@ def _fmod(ctx, a, b):
     name = "fmod" if ctx.node.target._overloadpacket is aten.fmod else "remainder"
     if compute_dtype(ctx.dtype).is_floating_point:
         return pointwise(ctx, name, a, b)
-    # integers (torch.roll's index arithmetic): exact with C++'s % when the divisor is a known
-    # constant other than 0 (eager raises) and -1 (INT_MIN % -1 overflows in C++); fmod takes
-    # the dividend's sign, remainder the divisor's (e_rem corrects %'s result)
+    return _int_by_constant(ctx, name, a, b)
+
+
+def _int_by_constant(ctx, name: str, a, b):
+    """Integer fmod / remainder / floor or trunc division (torch.roll's index arithmetic,
+    conv output lengths): exact with C++'s / and % when the divisor is a known constant other
+    than 0 (eager raises) and -1 (INT_MIN / -1 overflows in C++). fmod and trunc division
+    follow the dividend's sign; remainder takes the divisor's and floor division rounds down
+    (e_rem and e_floordiv correct C++'s truncating result)."""
     if isinstance(b, sympy.Expr) and b.is_Integer:
         b = int(b)
     dtype = ctx.dtype
@@ -297,7 +303,9 @@ def _with_dtype(ctx, dtype, size=None):
 def _div(ctx, a, b, *, rounding_mode=None):
     if rounding_mode is None:
         return pointwise(ctx, "truediv", a, b)
-    _int_out(ctx, "division")
+    if not compute_dtype(ctx.dtype).is_floating_point:
+        return _int_by_constant(ctx, "floordiv" if rounding_mode == "floor" else "truncdiv",
+                                a, b)
     if ctx.dtype in (torch.float16, torch.bfloat16):
         # eager rounds the quotient to the 16-bit type before rounding it to an integer
         raise Unsupported(f"{rounding_mode} division of {ctx.dtype} (eager's double rounding)")
@@ -520,6 +528,16 @@ def _as_strided(ctx, x, size, stride, storage_offset=None):
         raise Unsupported("as_strided of a view")
     off = sym(storage_offset) if storage_offset is not None else sympy.Integer(0)
     return StridedView(x.buf, [sym(s) for s in size], [sym(s) for s in stride], off)
+
+
+@register(aten.flip)
+def _flip(ctx, x, dims):
+    """``x.flip(dims)`` as an index map: i -> size - 1 - i along each flipped dim."""
+    n = len(x.size)
+    flipped = {_norm_dim(d, n) for d in dims}
+    size = list(x.size)
+    return Lazy(x.dtype, size, lambda i: x.load(
+        [size[d] - 1 - i[d] if d in flipped else i[d] for d in range(n)]))
 
 
 @register(aten.repeat)

@@ -55,7 +55,7 @@ PRIMS: dict[str, tuple[int, str, str]] = {
     "fmod": (2, "math", "e_fmod<{T}>({0}, {1})"),
     "remainder": (2, "math", "e_rem<{T}>({0}, {1})"),
     "floordiv": (2, "math", "e_floordiv<{T}>({0}, {1})"),
-    "truncdiv": (2, "math", "std::trunc({0} / {1})"),
+    "truncdiv": (2, "math", "e_truncdiv<{T}>({0}, {1})"),
     "isnan": (1, "math", "({0} != {0})"),
     "isinf": (1, "math", "(std::abs({0}) == INFINITY)"),
     # comparisons (operands in the promoted type, bool result)
@@ -118,11 +118,19 @@ template <typename T> static inline T e_fmod(T a, T b) {
   if constexpr (std::is_integral<T>::value) return static_cast<T>(a % b);
   else return std::fmod(a, b);
 }
+template <typename T> static inline T e_truncdiv(T a, T b) {
+  if constexpr (std::is_integral<T>::value) return static_cast<T>(a / b);
+  else return std::trunc(a / b);
+}
 template <typename T> static inline T e_rem(T a, T b) {
   T r = e_fmod<T>(a, b);
   return (r != 0 && ((r < 0) != (b < 0))) ? static_cast<T>(r + b) : r;
 }
 template <typename T> static inline T e_floordiv(T a, T b) {
+  if constexpr (std::is_integral<T>::value) {  // b: a constant other than 0 and -1 (lowering)
+    T q = static_cast<T>(a / b);
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? static_cast<T>(q - 1) : q;
+  }
   if (b == 0) return a / b;
   T m = std::fmod(a, b), d = (a - m) / b;
   if (m != 0 && ((b < 0) != (m < 0))) d -= 1;
