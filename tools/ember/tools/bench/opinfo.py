@@ -6,11 +6,14 @@ wrong result, raise, or do not apply (skip), each op's CPU samples compiled toge
 
 Defaults: backends ``ember,inductor``, variant ``float32``, every op of ``op_db``, the first
 8 samples of each (Inductor compiles slowly; ``--max-samples 0`` takes them all).
-``--quick``: ember only, two ops, two samples (seconds, for CI).
+``--quick``: ember only, two ops, two samples (seconds, for CI). ``EMBER_BENCH_OPINFO_LOG=PATH``
+appends every op's result as a JSON line while it runs (long runs can be watched).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import time
 from collections import Counter
@@ -42,6 +45,7 @@ def run(quick: bool = False, backends: str | None = None, variants: str | None =
     cap = (2 if quick else DEFAULT_MAX_SAMPLES) if max_samples is None else max_samples
     cap = None if cap == 0 else int(cap)
 
+    log = os.environ.get("EMBER_BENCH_OPINFO_LOG")  # one JSON line per op and backend
     counts = {(v, b): Counter() for v in variants_ for b in backends_}
     eager_only = Counter()
     failures: dict[tuple, list[str]] = {k: [] for k in counts}
@@ -55,6 +59,9 @@ def run(quick: bool = False, backends: str | None = None, variants: str | None =
                 r = opinfo.check_op(op, v, b, max_samples=cap)
                 seconds[(v, b)] += time.perf_counter() - t0
                 counts[(v, b)][r.status] += 1
+                if log:
+                    with open(log, "a") as f:
+                        f.write(json.dumps({"backend": b, **dataclasses.asdict(r)}) + "\n")
                 by_op[(v, b, r.op)] = r.status
                 if r.status == "pass" and r.graphs == 0:
                     eager_only[(v, b)] += 1
@@ -74,6 +81,7 @@ def run(quick: bool = False, backends: str | None = None, variants: str | None =
              f"{cap if cap else 'all'} samples per op; ember in its default (non-strict) mode; "
              "'pass, no graph': Dynamo ran the op in eager (graph break), counted as pass; "
              "pass ratio: pass / (pass + wrong + error)"]
+    notes.append(f"CPU flags: {_cpu_flags()}")
     for (v, b), fails in failures.items():
         if fails:
             notes.append(f"{b} {v} failures: " + "; ".join(fails))
@@ -86,3 +94,15 @@ def run(quick: bool = False, backends: str | None = None, variants: str | None =
                              + (", ".join(worse) or "none"))
     return BenchResult("opinfo", "OpInfo catalogue: compiled vs eager (pass / wrong / error)",
                        columns, rows, notes)
+
+
+def _cpu_flags() -> str:
+    """The SIMD flags the C++ kernels may use (-march=native) and the selected ISA level."""
+    try:
+        from ember.core.compiler.runtime import isa
+
+        flags, level = isa.cpu_flags(), isa.selected()
+    except Exception:  # an older core without runtime/isa.py
+        return "unknown"
+    simd = sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "sse4")))
+    return f"{' '.join(simd) or 'none'} (ember ISA level: {level})"
