@@ -344,3 +344,57 @@ def test_tensor_keyword_arguments_of_extern_and_eager_calls(ecompile, matches):
     args = (torch.randn(2, 4, 8, 16), torch.randn(2, 1, 8, 8), s, torch.randn(4), s.argsort(),
             torch.randn(6), torch.tensor([2, 3, 1]))
     matches(ecompile(_tensor_keywords)(*args), _tensor_keywords(*args), atol=1e-4, rtol=1e-4)
+
+
+def _gathers(x, img, w, ids, i, j):
+    return (x[i], x[:, j], x[i[:, None], j], x[j, :, i[:2]] if x.dim() == 3 else x[j[:2]],
+            torch.index_select(x, 1, j.abs() % x.shape[1]), F.embedding(ids, w) * 2 + 1,
+            F.interpolate(img, size=(13, 21), mode="bilinear"),
+            F.interpolate(img, size=(9, 4), mode="bilinear", align_corners=True),
+            F.interpolate(img, scale_factor=2, mode="nearest"),
+            F.interpolate(img, size=(11, 17), mode="bicubic"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_gathers_index_embedding_upsampling(ecompile, matches, dtype):
+    """Loads at data-dependent places (advanced indexing, negative indices included,
+    index_select, embedding, the upsampling decompositions) against eager."""
+    x = (torch.randn(6, 5) * 10).to(dtype)
+    img = torch.randn(2, 3, 7, 8).to(dtype if dtype.is_floating_point else torch.float32)
+    w = torch.randn(20, 4).to(img.dtype)
+    ids = torch.tensor([[0, 19, 3], [7, 7, 1]])
+    i, j = torch.tensor([-1, 0, 5, 2]), torch.tensor([4, -5, 1, 0])
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    matches(ecompile(_gathers)(x, img, w, ids, i, j), _gathers(x, img, w, ids, i, j),
+            atol=tol, rtol=tol)
+
+
+_GATHERS = {"index": lambda x, i: x[i], "embedding": lambda x, i: F.embedding(i, x),
+            "index_select": lambda x, i: torch.index_select(x, 0, i)}
+
+
+@pytest.mark.parametrize("what", sorted(_GATHERS))
+def test_gather_index_out_of_range_raises_index_error(ecompile, what):
+    x, fn = torch.randn(10, 3), _GATHERS[what]
+    with pytest.raises(IndexError, match=what):
+        ecompile(fn)(x, torch.tensor([2, 10]))
+    with pytest.raises(IndexError, match=what):
+        ecompile(fn)(x, torch.tensor([-11 if what == "index" else -1]))
+
+
+def test_every_index_check_of_a_graph_is_kept(ecompile):
+    """Several gathers, each with its own out-of-range flag: a flag written by an early
+    kernel keeps its memory until the checks after the last kernel read it."""
+    img = torch.randn(1, 2, 8, 8)
+    f = lambda img, ids: (F.interpolate(img, size=(16, 16), mode="bilinear"),
+                          F.embedding(ids, img.reshape(16, 8)))
+    with pytest.raises(IndexError, match="embedding"):
+        ecompile(f)(img, torch.tensor([3, 16]))
+
+
+def test_gathers_with_symbolic_sizes(ecompile, matches):
+    f = ecompile(lambda w, ids: F.embedding(ids, w).sum((1, 2)) + w[ids[:, 0]].mean(-1),
+                 dynamic=True)
+    for n, v in [(5, 30), (9, 17)]:
+        w, ids = torch.randn(v, 8), torch.randint(0, v, (n, 3))
+        matches(f(w, ids), F.embedding(ids, w).sum((1, 2)) + w[ids[:, 0]].mean(-1))

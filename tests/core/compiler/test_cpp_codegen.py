@@ -170,3 +170,22 @@ def test_inference_linears_use_onednn_and_training_keeps_mkl(ecompile, output_co
     output_code.clear()
     ecompile(m)(x).sum().backward()
     assert "_linear_pointwise" not in "\n".join(output_code)
+
+
+def test_gathers_fuse_into_their_readers_without_aten_calls(ecompile, output_code):
+    """Upsampling (four gathers and a lerp) and embedding + position + layer_norm run as our
+    kernels, with no ATen index/embedding call."""
+    emb, pos = torch.nn.Embedding(50, 32), torch.randn(7, 32)
+    fn = lambda img, ids: (torch.nn.functional.interpolate(img, size=(32, 32), mode="bilinear")
+                           .relu(), torch.nn.functional.layer_norm(emb(ids) + pos, (32,)))
+    img, ids = torch.randn(1, 4, 16, 16), torch.randint(0, 50, (3, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(ecompile(fn)(img, ids), fn(img, ids), atol=1e-5, rtol=1e-5)
+    wrapper = "\n".join(output_code).split("wrapper:")[1]
+    assert "aten." not in wrapper
+    sizes = [ln.split("_empty(")[1].split(")")[0] for ln in wrapper.splitlines()
+             if "_empty(" in ln]
+    # the gathered rows are read inside layer_norm's row passes: only the output is written
+    assert sizes.count("(3, 7, 32, ") == 1, sizes
+    # the image: the output and one blend of two gathers (two readers: stored, not recomputed)
+    assert sizes.count("(1, 4, 32, 32, ") == 2, sizes

@@ -5,6 +5,11 @@ expressions over symbolic sizes. ``Expr`` is a hashable tuple (so equal sub-tree
 
     ("load", dtype, buffer, index)   ("const", dtype, value)   ("index", dtype, sympy expr)
     ("cast", dtype, x)               ("op", dtype, prim, *operands)   ("var", dtype, name)
+    ("gather", dtype, buffer, index, *positions)
+
+A gather is a load at a data-dependent place: its ``index`` holds the placeholder symbols
+``gather_slot(k)``, each standing for the int64 value of ``positions[k]`` (indexing,
+embedding, upsampling). The buffer it reads is always computed before its kernel starts.
 
 ``dtype`` is the compute dtype: float16/bfloat16 are computed in float32.
 """
@@ -63,8 +68,27 @@ def walk(e: Expr):
         yield x
         if x[0] == "cast":
             stack.append(x[2])
-        elif x[0] == "op":
-            stack.extend(x[3:])
+        elif x[0] in ("op", "gather"):
+            stack.extend(x[3:] if x[0] == "op" else x[4:])
+
+
+def gather_slot(k: int) -> sympy.Symbol:
+    """Placeholder for the k-th position value of a gather inside its index expression."""
+    return sympy.Symbol(f"gather_slot{k}", integer=True)
+
+
+def gather(dtype: torch.dtype, buf: str, index, positions: Sequence[Expr]) -> Expr:
+    return ("gather", compute_dtype(dtype), buf, index, *positions)
+
+
+def reads_of(e: Expr) -> set[str]:
+    """Buffers ``e`` reads, directly or through a gather."""
+    return {x[2] for x in walk(e) if x[0] in ("load", "gather")}
+
+
+def gathered(e: Expr) -> set[str]:
+    """Buffers ``e`` reads at data-dependent places."""
+    return {x[2] for x in walk(e) if x[0] == "gather"}
 
 
 def map_loads(e: Expr, fn: Callable[[Expr], Expr], memo: dict | None = None) -> Expr:
@@ -79,6 +103,8 @@ def map_loads(e: Expr, fn: Callable[[Expr], Expr], memo: dict | None = None) -> 
         out = ("cast", e[1], map_loads(e[2], fn, memo))
     elif kind == "op":
         out = ("op", e[1], e[2], *(map_loads(a, fn, memo) for a in e[3:]))
+    elif kind == "gather":
+        out = (*e[:4], *(map_loads(a, fn, memo) for a in e[4:]))
     else:
         out = e
     memo[e] = out
@@ -245,8 +271,17 @@ def node_reads(node: Node) -> set[str]:
         e = body(node, index_vars("x", len(node.buf.size)))
     else:
         e = body(node, index_vars("x", len(node.buf.size)), index_vars("r", len(node.rsizes)))
-    return {x[2] for x in walk(e) if x[0] == "load"}
+    return reads_of(e)
 
 
 def op_count(e: Expr) -> int:
-    return sum(1 for x in walk(e) if x[0] == "op")
+    """Arithmetic ops in ``e``; a gather's position arithmetic counts as part of its load."""
+    out, stack = 0, [e]
+    while stack:
+        x = stack.pop()
+        if x[0] == "op":
+            out += 1
+            stack.extend(x[3:])
+        elif x[0] == "cast":
+            stack.append(x[2])
+    return out

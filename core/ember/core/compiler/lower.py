@@ -971,6 +971,91 @@ def _prod(ctx, x, dims=None, keepdim=False, *, dtype=None, output_dtype=None):
     out = ctx.dtype  # integers and bool multiply in int64, like eager
     acc = torch.int64 if not out.is_floating_point and out != torch.bool else compute_dtype(out)
     return reduce(ctx, x, _dims_arg(dims), keepdim, "prod", out, acc)
+# ---------------------------------------------------------------- gathers
+
+def _position(ctx: Ctx, t, size, at, bsize, wrap: bool):
+    """The int64 position read from index tensor ``t`` (broadcast to ``bsize``) at ``at``,
+    negative values wrapped when ``wrap``, then clamped into [0, size) so no load leaves the
+    buffer: an index that was outside raises IndexError after the kernels (``_check_range``)."""
+    v = bload(t, bsize, at, torch.int64)
+    n = _scalar_expr(size, torch.int64)
+    zero = const(0, torch.int64)
+    if wrap:
+        v = op("where", torch.int64, op("lt", torch.bool, v, zero), op("add", torch.int64, v, n),
+               v)
+    top = op("sub", torch.int64, n, const(1, torch.int64))
+    return op("minimum", torch.int64, op("maximum", torch.int64, v, zero), top)
+
+
+def _check_range(ctx: Ctx, t, size, wrap: bool, what: str) -> None:
+    """Flag (for the wrapper's IndexError) an element of ``t`` outside [-size, size) with
+    ``wrap``, else outside [0, size)."""
+    lo = op("neg", torch.int64, _scalar_expr(size, torch.int64)) if wrap else \
+        const(0, torch.int64)
+
+    def outside(i):
+        v = cast(t.load(i), torch.int64)
+        return op("logical_or", torch.bool, op("lt", torch.bool, v, lo),
+                  op("ge", torch.bool, v, _scalar_expr(size, torch.int64)))
+
+    flag = reduce(ctx, Lazy(torch.bool, list(t.size), outside), None, False, "any",
+                  torch.bool, torch.bool)
+    low = f"-{size}" if wrap else "0"
+    ctx.graph.checks.append((flag, f"{what} is outside [{low}, {size})"))
+
+
+def _gather_index(ctx: Ctx, x, indices: list, *, wrap: bool, check: bool, what: str):
+    """``x[indices]`` with advanced-indexing semantics (``None`` keeps a dimension) as a
+    pointwise value whose loads of ``x`` sit at data-dependent places: fused into its
+    reader, no ATen call, no copy of the gathered rows. CPU and Triton code generators."""
+    n = len(x.size)
+    idx = list(indices) + [None] * (n - len(indices))
+    dims = [d for d, t in enumerate(idx) if t is not None]
+    if not dims or len(idx) > n or any(
+            not isinstance(idx[d], TensorValue) or idx[d].dtype not in (torch.int64, torch.int32)
+            for d in dims):
+        raise Decline  # boolean masks (data-dependent shapes), scalars: ATen
+    size = ctx.size
+    nb = max(len(idx[d].size) for d in dims)
+    adjacent = dims == list(range(dims[0], dims[-1] + 1))
+    first = dims[0] if adjacent else 0
+    bsize = size[first:first + nb]
+    src = ctx.graph.realize(x)
+    slots = {d: ir.gather_slot(k) for k, d in enumerate(dims)}
+    for d in dims:
+        if check:
+            _check_range(ctx, idx[d], x.size[d], wrap, f"{what}: an index along dim {d}")
+
+    def fn(i):
+        b = i[first:first + nb]
+        rest = iter(list(i[:first]) + list(i[first + nb:]))
+        at = [slots[d] if d in slots else next(rest) for d in range(n)]
+        positions = [_position(ctx, idx[d], x.size[d], b, bsize, wrap) for d in dims]
+        return ir.gather(x.dtype, src.buf.name, src.flat_index(at), positions)
+
+    return Lazy(x.dtype, size, fn)
+
+
+@register(aten.index, aten._unsafe_index)
+def _index(ctx, x, indices):
+    unsafe = ctx.node.target._overloadpacket is aten._unsafe_index
+    return _gather_index(ctx, x, indices, wrap=True, check=not unsafe, what="index")
+
+
+@register(aten.index_select)
+def _index_select(ctx, x, dim, index):
+    dim = _norm_dim(dim, len(x.size))
+    if not isinstance(index, TensorValue) or len(index.size) > 1:
+        raise Decline
+    return _gather_index(ctx, x, [None] * dim + [index], wrap=False, check=True,
+                         what="index_select")
+
+
+@register(aten.embedding)
+def _embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return _gather_index(ctx, weight, [indices], wrap=False, check=True, what="embedding")
+
+
 
 
 @register(aten.mean)

@@ -91,6 +91,10 @@ def build(nodes: list, outer: list, name: str = "kernel") -> Kernel:
         last = len(stages) - 1
         join = last >= 0 and stages[last].kind == kind and ir.same_sizes(stages[last].rsizes,
                                                                           rsizes)
+        indirect = ir.gathered(expr) & produced.keys()
+        if indirect:
+            raise Refused(f"{node.buf.name} gathers from {sorted(indirect)} at data-dependent "
+                          f"places: they must be complete before this kernel")
         loads = [ld for ld in _loads(expr) if ld[2] in produced]
         if join and any(produced[ld[2]][0] == "acc" and produced[ld[2]][1] == last
                         for ld in loads):
@@ -188,7 +192,7 @@ def _finalize(k: Kernel, must_store: set[str]) -> Kernel:
     loaded = set()
     for st in k.stages:
         for it in st.items:
-            loaded |= {ld[2] for ld in _loads(it.expr)}
+            loaded |= ir.reads_of(it.expr)
     k.stored = {n.buf.name for n in k.nodes if n.buf.name in must_store or n.buf.name in loaded}
     k.must_store = {n.buf.name for n in k.nodes if n.buf.name in must_store}
     if all(isinstance(n, Pointwise) for n in k.nodes) and len(k.stages) == 1 \
@@ -200,6 +204,8 @@ def _finalize(k: Kernel, must_store: set[str]) -> Kernel:
 def _collapse(k: Kernel) -> None:
     """Merge adjacent loop dims whose every index is linear and contiguous across them."""
     st = k.stages[0]
+    if any(ir.gathered(it.expr) for it in st.items):
+        return  # a gather's index is not a linear function of the loop variables
     sizes = list(k.outer) + list(st.rsizes)
     vars_ = ir.index_vars("x", len(k.outer)) + ir.index_vars("r", len(st.rsizes))
     exprs = [it.index for it in st.items]

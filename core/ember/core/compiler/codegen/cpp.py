@@ -157,10 +157,16 @@ class _Body:
             return literal(e[2], dt)
         if kind == "var":
             return self.names.get(e[2], e[2])
-        if kind == "load":
+        if kind in ("load", "gather"):
             name = self.alias[e[2]].name if e[2] in self.alias else e[2]
             store = self.bufs[name].dtype
-            ref = f"{name}[{index_str(self.index(name, e[3]))}]"
+            index = self.index(name, e[3])
+            if kind == "gather":  # each slot becomes the int64 temporary holding its value
+                index = index.xreplace({
+                    ir.gather_slot(k): sympy.Symbol(self.expr(ir.cast(p, torch.int64)),
+                                                    integer=True)
+                    for k, p in enumerate(e[4:])})
+            ref = f"{name}[{index_str(index)}]"
             if store == torch.bfloat16:
                 s = f"e_bf16_to_f({ref})"
             elif store == torch.float16:
@@ -328,9 +334,9 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
             free |= sympy.sympify(s).free_symbols
         for it in st.items:
             for x in ir.walk(it.expr):
-                if x[0] == "load":
+                if x[0] in ("load", "gather"):
                     read.add(x[2])
-                    free |= x[3].free_symbols
+                    free |= {f for f in x[3].free_symbols if not f.name.startswith("gather_slot")}
                 elif x[0] == "index":
                     free |= x[2].free_symbols
             if it.index is not None:
@@ -525,6 +531,9 @@ def _invariant(e, rset: set, memo: dict) -> bool:
     kind = e[0]
     if kind == "load":
         out = not (e[3].free_symbols & rset)
+    elif kind == "gather":
+        out = not (e[3].free_symbols & rset) and all([_invariant(a, rset, memo)
+                                                      for a in e[4:]])
     elif kind == "index":
         out = not (e[2].free_symbols & rset)
     elif kind == "cast":

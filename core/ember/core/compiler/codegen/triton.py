@@ -224,6 +224,13 @@ class _Body:
             s = f"tl.load({e[2]} + ({_index(e[3])}) + {self.zero}, {self.mask}, other=0)"
             if store in (torch.float16, torch.bfloat16):
                 s += ".to(tl.float32)"
+        elif kind == "gather":  # each slot becomes the int64 tensor holding its value
+            slots = {ir.gather_slot(k): sympy.Symbol(self.expr(ir.cast(p, torch.int64)),
+                                                     integer=True)
+                     for k, p in enumerate(e[4:])}
+            s = f"tl.load({e[2]} + ({_index(e[3].xreplace(slots))}), {self.mask}, other=0)"
+            if self.buffers[e[2]].dtype in (torch.float16, torch.bfloat16):
+                s += ".to(tl.float32)"
         elif kind == "index":
             s = f"{self._float_index(sympy.sympify(e[2]))}.to({tltype(dt)})"
         elif kind == "cast":
@@ -467,9 +474,10 @@ def _signature(k: Kernel):
             free |= sympy.sympify(s).free_symbols
         for it in st.items:
             for x in ir.walk(it.expr):
-                if x[0] == "load":
+                if x[0] in ("load", "gather"):
                     read.add(x[2])
-                    free |= sympy.sympify(x[3]).free_symbols
+                    free |= {f for f in sympy.sympify(x[3]).free_symbols
+                             if not f.name.startswith("gather_slot")}
                 elif x[0] == "index":
                     free |= sympy.sympify(x[2]).free_symbols
             if it.index is not None:

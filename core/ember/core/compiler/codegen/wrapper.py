@@ -12,7 +12,7 @@ import ctypes
 import sympy
 import torch
 
-from ember.core.compiler import modes
+from ember.core.compiler import ir, modes
 from ember.core.compiler.codegen.cpp import index_str
 from ember.core.compiler.ir import Buffer, Extern, StridedView, Unsupported, walk
 from ember.core.compiler.schedule import Kernel
@@ -120,6 +120,7 @@ class WrapperBuilder:
             for n in names:
                 last_use[n] = i
         out_names = {o.buf.name for o in self.outputs if isinstance(o, StridedView)}
+        out_names |= {flag.buf.name for flag, _ in self.checks}  # read after every kernel
         pool: dict[str, list[str]] = {}
         reusable: set[str] = set()
         segment = None  # reduce-overhead: the native entry running the current kernel run
@@ -215,6 +216,8 @@ def _inplace_candidates(k: Kernel, dying: set, buffers: dict) -> dict:
     if len(k.stages) != 1 or any(it.kind != "store" for it in k.stages[0].items):
         return {}
     readers: dict[str, list] = {}
+    gathered = set().union(*(ir.gathered(it.expr) for it in k.stages[0].items))
+    dying = dying - gathered  # read at data-dependent places: never overwritten in place
     for it in k.stages[0].items:
         for src in {x[2] for x in walk(it.expr) if x[0] == "load" and x[2] in dying}:
             idx = {x[3] for x in walk(it.expr) if x[0] == "load" and x[2] == src}
