@@ -390,10 +390,13 @@ def test_unsupported_and_unknown_formats():
         vio.decode_jpeg(SOURCES["png_RGB"])
 
 
-def test_decompression_bomb(monkeypatch):
-    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
-    with pytest.raises(ValueError, match="decompression-bomb limit of 1000"):
-        vio.decode_image(SOURCES["png_RGB"])
+def test_decompression_bomb():
+    previous = vio.set_decode_limits(max_pixels=1000)
+    try:
+        with pytest.raises(vio.DecodeLimitError, match="decode limit of 1000 pixels"):
+            vio.decode_image(SOURCES["png_RGB"])
+    finally:
+        vio.set_decode_limits(previous)
 
 
 def test_batched_error_names_the_index():

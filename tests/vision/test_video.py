@@ -134,3 +134,73 @@ def test_pts_unit_pts_counts_ticks_of_the_stream_time_base(clip):
     by_pts, _, _ = V.read_video(clip, start_pts=ticks[3], end_pts=ticks[6], pts_unit="pts")
     by_sec, _, _ = V.read_video(clip, start_pts=secs[3], end_pts=secs[6])
     assert by_pts.shape[0] == 4 and torch.equal(by_pts, by_sec)
+
+
+@pytest.fixture
+def video_limit():
+    from ember.vision import io as vio
+
+    previous = vio.get_decode_limits()
+    yield lambda n: vio.set_decode_limits(max_video_bytes=n)
+    vio.set_decode_limits(previous)
+
+
+def test_read_video_refuses_a_window_over_the_memory_limit_before_decoding(
+        clip, video_limit, monkeypatch):
+    from ember.vision.io import DecodeError, DecodeLimitError
+
+    frame = 32 * 48 * 3
+    video_limit(4 * frame)
+
+    def no_decode(*args, **kwargs):
+        raise AssertionError("decoded before checking the memory limit")
+
+    monkeypatch.setattr(V, "_decode", no_decode)
+    with pytest.raises(DecodeLimitError, match=r"VideoReader\(.*ramp\.mp4") as info:
+        V.read_video(clip)
+    assert isinstance(info.value, DecodeError) and info.value.source == clip
+    assert "about 11 frames of 48x32" in str(info.value)
+    monkeypatch.undo()
+    video, _, _ = V.read_video(clip, start_pts=0.4, end_pts=0.8)  # 3 frames fit
+    assert video.shape[0] == 3
+    assert len(V.read_video_timestamps(clip)[0]) == 10  # keeps no frames: not limited
+
+
+def test_read_video_stops_decoding_at_the_limit_when_the_length_is_unknown(
+        clip, video_limit, monkeypatch):
+    from ember.vision.io import DecodeLimitError
+
+    real_probe = V._probe
+
+    def probe_without_duration(path):
+        info = real_probe(path)
+        info["duration"] = None
+        return info
+
+    monkeypatch.setattr(V, "_probe", probe_without_duration)
+    video_limit(4 * 32 * 48 * 3)
+    with pytest.raises(DecodeLimitError, match="decoded frames passed"):
+        V.read_video(clip)
+    video_limit(None)
+    assert V.read_video(clip)[0].shape[0] == 10
+
+
+def test_fuzzed_video_bytes_raise_only_decode_error(clip, tmp_path):
+    from ember.vision.io import DecodeError
+
+    data = open(clip, "rb").read()
+    rng = torch.Generator().manual_seed(3)
+    path = tmp_path / "fuzz.mp4"
+    for i in range(6):
+        buf = bytearray(data)
+        if i % 2:
+            buf = buf[: int(torch.randint(8, len(data), (1,), generator=rng))]
+        else:
+            for pos in torch.randint(0, len(data), (16,), generator=rng).tolist():
+                buf[pos] ^= 1 << int(torch.randint(0, 8, (1,), generator=rng))
+        path.write_bytes(bytes(buf))
+        try:
+            video, _, _ = V.read_video(str(path))
+        except DecodeError:
+            continue
+        assert video.dtype == torch.uint8 and video.dim() == 4

@@ -6,6 +6,7 @@ Frame timestamps come from ffmpeg's ``showinfo`` filter, so variable frame rates
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -51,6 +52,13 @@ _LAYOUTS = {"mono": 1, "stereo": 2, "2.1": 3, "quad": 4, "4.0": 4, "5.0": 5, "5.
             "6.1": 7, "7.1": 8}
 
 
+def _decode_error(message: str, path: str):
+    """ember.vision.io.DecodeError (a RuntimeError) for a file ffmpeg cannot decode."""
+    from ember.vision.io._limits import DecodeError
+
+    return DecodeError(message, source=path)
+
+
 def _probe(path: str) -> dict[str, Any]:
     """Stream facts parsed from ``ffmpeg -i`` (imageio-ffmpeg ships no ffprobe)."""
     if not os.path.isfile(path):
@@ -80,27 +88,94 @@ def _probe(path: str) -> dict[str, Any]:
         info["audio"] = {"sample_rate": int(a[1]), "channels": ch or (int(m2[1]) if m2 else 2)}
     if info["video"] is None and info["audio"] is None:
         tail = "\n".join(err.strip().splitlines()[-3:])
-        raise RuntimeError(f"could not read {path!r} as a video: {tail}")
+        raise _decode_error(f"could not read {path!r} as a video: {tail}", path)
     return info
 
 
 _PTS = re.compile(r"\bn:\s*(\d+)\s+pts:\s*(-?\d+)\s+pts_time:\s*(-?[\d.e+-]+)")
 
 
-def _decode(path: str, info: dict, start: float, end: float | None):
-    """All frames with pts in [start, end] as uint8 [T, H, W, 3] and their pts in seconds."""
+def _limit_error(path: str, detail: str, limit: int):
+    from ember.vision.io._limits import DecodeLimitError
+
+    return DecodeLimitError(
+        f"read_video: {path!r}: {detail}, over the read_video memory limit of "
+        f"{limit / 2**30:.2f} GiB; iterate ember.vision.video.VideoReader({path!r}) instead "
+        f"(it streams one frame at a time), read a shorter window with start_pts/end_pts, or "
+        f"raise the limit with ember.vision.io.set_decode_limits(max_video_bytes=...)",
+        source=path)
+
+
+def _check_video_budget(path: str, info: dict, start: float, end: float | None) -> None:
+    """Refuse, before decoding, a window whose frames would not fit the memory limit."""
+    from ember.vision.io._limits import get_decode_limits
+
+    limit, v = get_decode_limits().max_video_bytes, info["video"]
+    stop = end if end is not None else info["duration"]
+    if limit is None or v is None or stop is None or not v["fps"]:
+        return  # unknown length: _decode's running count stops it instead
+    frames = max(0, math.floor((stop - max(start, 0.0)) * v["fps"] + 1e-6)) + 1
+    need = frames * v["width"] * v["height"] * 3
+    if need > limit:
+        raise _limit_error(path, f"the frames from {max(start, 0.0):g} s to {stop:g} s (about "
+                           f"{frames} frames of {v['width']}x{v['height']}) need "
+                           f"{need / 2**30:.2f} GiB", limit)
+
+
+def _run_capped(args: list[str], limit: int | None) -> tuple[bytes | None, bytes, int]:
+    """Run ffmpeg, collecting stdout up to ``limit`` bytes (None: no limit) and stderr.
+    Returns (stdout, or None when it passed the limit, stderr, return code)."""
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    err_chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: err_chunks.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    chunks, total, over = [], 0, False
+    try:
+        while True:
+            chunk = proc.stdout.read(1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+            if limit is not None and total > limit:
+                over = True
+                proc.kill()
+                break
+            chunks.append(chunk)
+    finally:
+        proc.stdout.close()
+        code = proc.wait()
+        reader.join()
+        proc.stderr.close()
+    return (None if over else b"".join(chunks)), b"".join(err_chunks), code
+
+
+def _decode(path: str, info: dict, start: float, end: float | None, keep_frames: bool = True):
+    """All frames with pts in [start, end] as uint8 [T, H, W, 3] and their pts in seconds
+    (``keep_frames=False``: only the pts, nothing decoded is kept)."""
+    from ember.vision.io._limits import get_decode_limits
+
     v = info["video"]
     stream = ffmpeg.input(path, ss=max(start, 0.0), copyts=None)
     if end is not None:
         stream = ffmpeg.input(path, ss=max(start, 0.0), to=end + 1e-3, copyts=None)
-    out = (stream.video.filter("showinfo")
-           .output("pipe:", format="rawvideo", pix_fmt="rgb24", fps_mode="passthrough")
-           .global_args("-hide_banner", "-nostdin"))
-    try:
-        data, err = out.run(cmd=ffmpeg_exe(), capture_stdout=True, capture_stderr=True)
-    except ffmpeg.Error as e:
-        tail = "\n".join(e.stderr.decode(errors="replace").strip().splitlines()[-3:])
-        raise RuntimeError(f"ffmpeg failed to decode {path!r}: {tail}") from None
+    if keep_frames:
+        out = stream.video.filter("showinfo").output(
+            "pipe:", format="rawvideo", pix_fmt="rgb24", fps_mode="passthrough")
+    else:
+        out = stream.video.filter("showinfo").output("-", format="null", fps_mode="passthrough")
+    args = out.global_args("-hide_banner", "-nostdin").compile(cmd=ffmpeg_exe())
+    limit = get_decode_limits().max_video_bytes if keep_frames else None
+    data, err, code = _run_capped(args, limit)
+    if data is None:
+        raise _limit_error(path, f"the decoded frames passed {limit / 2**30:.2f} GiB", limit)
+    if code != 0:
+        tail = "\n".join(err.decode(errors="replace").strip().splitlines()[-3:])
+        raise _decode_error(f"ffmpeg failed to decode {path!r}: {tail}", path)
+    if not keep_frames:
+        pts = [float(m[3]) for m in _PTS.finditer(err.decode(errors="replace"))]
+        keep = [p for p in pts if p >= start - 1e-6 and (end is None or p <= end + 1e-6)]
+        return None, keep
     frame = v["width"] * v["height"] * 3
     n = len(data) // frame
     frames = np.frombuffer(data[:n * frame], np.uint8).reshape(n, v["height"], v["width"], 3)
@@ -124,7 +199,8 @@ def _decode_audio(path: str, info: dict, start: float, end: float | None) -> tor
         data, _ = out.run(cmd=ffmpeg_exe(), capture_stdout=True, capture_stderr=True)
     except ffmpeg.Error as e:
         tail = "\n".join(e.stderr.decode(errors="replace").strip().splitlines()[-3:])
-        raise RuntimeError(f"ffmpeg failed to decode the audio of {path!r}: {tail}") from None
+        raise _decode_error(f"ffmpeg failed to decode the audio of {path!r}: {tail}",
+                            path) from None
     samples = np.frombuffer(data[:len(data) // (4 * a["channels"]) * 4 * a["channels"]],
                             np.float32)
     return torch.from_numpy(samples.reshape(-1, a["channels"]).T.copy())
@@ -165,6 +241,7 @@ def read_video(filename: str, start_pts: float = 0, end_pts: float | None = None
         start, end = start * tb, (None if end is None else end * tb)
     meta: dict[str, float] = {}
     if info["video"] is not None:
+        _check_video_budget(path, info, start, end)
         video, _ = _decode(path, info, start, end)
         meta["video_fps"] = info["video"]["fps"]
     else:
@@ -188,7 +265,7 @@ def read_video_timestamps(filename: str, pts_unit: str = "sec"
     if info["video"] is None:
         return [], 0.0
     tb = _time_base(info, path) if pts_unit == "pts" else None
-    _, pts = _decode(path, info, 0.0, None)
+    _, pts = _decode(path, info, 0.0, None, keep_frames=False)
     if tb is not None:
         return [int(round(p / tb)) for p in pts], info["video"]["fps"]
     return pts, info["video"]["fps"]

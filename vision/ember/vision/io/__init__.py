@@ -1,5 +1,12 @@
 """Tensor-native image I/O with torchvision.io's names and semantics."""
 
+from ember.vision.io._limits import (
+    DecodeError,
+    DecodeLimitError,
+    DecodeLimits,
+    get_decode_limits,
+    set_decode_limits,
+)
 from ember.vision.io.file import read_file, write_file
 from ember.vision.io.image import (
     ImageReadMode,
@@ -19,5 +26,6 @@ from ember.vision.video import VideoReader, read_video, read_video_timestamps, w
 __all__ = [
     "ImageReadMode", "decode_gif", "decode_image", "decode_jpeg", "decode_png", "decode_webp",
     "encode_jpeg", "encode_png", "read_file", "read_image", "write_file", "write_jpeg",
-    "write_png", "VideoReader", "read_video", "read_video_timestamps", "write_video",
+    "write_png", "DecodeError", "DecodeLimitError", "DecodeLimits", "get_decode_limits",
+    "set_decode_limits", "VideoReader", "read_video", "read_video_timestamps", "write_video",
 ]

@@ -26,7 +26,9 @@ def check_bytes(data: object, name: str = "input") -> torch.Tensor:
     if data.dim() != 1:
         raise ValueError(f"{name} must be a 1-D uint8 tensor, got shape {tuple(data.shape)}")
     if data.numel() == 0:
-        raise ValueError(f"{name} is empty: there are no bytes to decode")
+        from ember.vision.io._limits import DecodeError
+
+        raise DecodeError(f"{name} is empty: there are no bytes to decode")
     return data.cpu()
 
 

@@ -12,12 +12,18 @@ import io
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from struct import error as struct_error
 
 import numpy as np
 import torch
 from PIL import GifImagePlugin, Image, ImageOps, JpegImagePlugin, PngImagePlugin, WebPImagePlugin
 
+from ember.vision.io._limits import (
+    DecodeError,
+    DecodeLimitError,
+    get_decode_limits,
+    gif_frames,
+    jpeg_scans,
+)
 from ember.vision.io.file import check_bytes, read_file, write_file
 
 
@@ -88,35 +94,55 @@ def _device(device: str | torch.device) -> torch.device:
 
 
 def _open(data: torch.Tensor, op: str, expected: str | None) -> tuple[Image.Image, str]:
-    """Open encoded bytes with the plugin for their format; errors name what was wrong."""
+    """Open encoded bytes with the plugin for their format and check the decode limits from
+    the headers, before any pixel is decoded; errors name what was wrong."""
     buffer = data.numpy()
     header = buffer[:16].tobytes()
     fmt = sniff_format(header)
     if expected is not None and fmt != expected:
         found = f"{fmt} data" if fmt else "data that is not a recognised image format"
-        raise ValueError(f"{op}: input is {found}, not {expected}; decode_image detects the format")
+        raise DecodeError(f"{op}: input is {found}, not {expected}; decode_image detects the "
+                          f"format")
     plugin = next((cls for name, _, cls in _FORMATS if name == fmt), None)
     if plugin is None:
         supported = ", ".join(name for name, *_ in _FORMATS)
         what = f"{fmt} images are not supported" if fmt else (
             f"unrecognised image format (first bytes {header[:8]!r})")
-        raise ValueError(f"{op}: {what}; supported formats: {supported}")
+        raise DecodeError(f"{op}: {what}; supported formats: {supported}")
+    limits = get_decode_limits()
+    if fmt == "JPEG" and limits.max_jpeg_scans is not None:
+        scans = jpeg_scans(buffer)
+        if scans > limits.max_jpeg_scans:
+            raise DecodeLimitError(
+                f"{op}: JPEG with {scans} scans exceeds the limit of {limits.max_jpeg_scans} "
+                f"scans (each scan of a progressive JPEG decodes over the whole image); "
+                f"raise it with ember.vision.io.set_decode_limits(max_jpeg_scans=...)")
+    if fmt == "GIF":  # Pillow decodes the first frame while opening: check before that
+        _check_pixels(op, fmt, *gif_frames(buffer), limits.max_pixels)
     try:
         im = plugin(io.BytesIO(buffer))
-    except (SyntaxError, OSError, ValueError, EOFError, struct_error) as exc:
-        raise RuntimeError(f"{op}: corrupt {fmt} data: {exc}") from exc
-    limit = Image.MAX_IMAGE_PIXELS
-    if limit is not None and im.width * im.height > limit:
-        raise ValueError(f"{op}: image of {im.width}x{im.height} pixels exceeds the "
-                         f"decompression-bomb limit of {limit} pixels (PIL.Image.MAX_IMAGE_PIXELS)")
+    except Exception as exc:  # every Pillow failure on bad bytes is ours to name
+        raise DecodeError(f"{op}: corrupt {fmt} data: {type(exc).__name__}: {exc}") from exc
+    _check_pixels(op, fmt, im.width, im.height, 1, limits.max_pixels)
     return im, fmt
+
+
+def _check_pixels(op: str, fmt: str, width: int, height: int, frames: int,
+                  limit: int | None) -> None:
+    frames = max(frames, 1)
+    if limit is not None and width * height * frames > limit:
+        count = f" x {frames} frames" if frames > 1 else ""
+        raise DecodeLimitError(
+            f"{op}: {fmt} image of {width}x{height} pixels{count} exceeds the decode limit "
+            f"of {limit} pixels; raise it with ember.vision.io.set_decode_limits(max_pixels=...)")
 
 
 def _load(im: Image.Image, op: str, fmt: str) -> None:
     try:
         im.load()
-    except (OSError, SyntaxError, ValueError, EOFError, struct_error) as exc:
-        raise RuntimeError(f"{op}: corrupt or truncated {fmt} data: {exc}") from exc
+    except Exception as exc:  # Pillow raises OSError, SyntaxError, IndexError ...
+        raise DecodeError(f"{op}: corrupt or truncated {fmt} data: "
+                          f"{type(exc).__name__}: {exc}") from exc
 
 
 def _png16_color(im: Image.Image, data: torch.Tensor, op: str) -> torch.Tensor | None:
@@ -202,6 +228,17 @@ def _decode_one(data: torch.Tensor, mode: ImageReadMode, apply_exif_orientation:
                 op: str, expected: str | None, size: tuple[int, int] | None = None
                 ) -> torch.Tensor:
     data = check_bytes(data)
+    try:
+        return _decode_checked(data, mode, apply_exif_orientation, op, expected, size)
+    except (DecodeError, MemoryError):
+        raise
+    except Exception as exc:  # anything a third-party decoder lets escape
+        raise DecodeError(f"{op}: corrupt data: {type(exc).__name__}: {exc}") from exc
+
+
+def _decode_checked(data: torch.Tensor, mode: ImageReadMode, apply_exif_orientation: bool,
+                    op: str, expected: str | None, size: tuple[int, int] | None
+                    ) -> torch.Tensor:
     im, fmt = _open(data, op, expected)
     if fmt == "GIF":
         return _gif_frames(im, mode, op)
@@ -262,8 +299,9 @@ def _gif_frames(im: Image.Image, mode: ImageReadMode, op: str) -> torch.Tensor:
     for index in range(getattr(im, "n_frames", 1)):
         try:
             im.seek(index)
-        except (OSError, EOFError, ValueError) as exc:
-            raise RuntimeError(f"{op}: corrupt GIF data at frame {index}: {exc}") from exc
+        except Exception as exc:  # OSError, EOFError, IndexError ...
+            raise DecodeError(f"{op}: corrupt GIF data at frame {index}: "
+                              f"{type(exc).__name__}: {exc}") from exc
         _load(im, op, "GIF")
         frames.append(_to_tensor(_convert(im, mode)))
     return frames[0] if len(frames) == 1 else torch.stack(frames)
@@ -301,6 +339,8 @@ def _map_batch(fn: Callable, items: Sequence, op: str) -> list:
 def _indexed(fn: Callable, item, index: int, op: str):
     try:
         return fn(item)
+    except DecodeError as exc:
+        raise exc.located(index=index) from exc
     except (ValueError, TypeError, RuntimeError) as exc:
         raise type(exc)(f"{op}: item {index} of the batch: {exc}") from exc
 
@@ -332,6 +372,9 @@ def _decoder(op: str, expected: str | None):
         read_mode, dev = _read_mode(mode), _device(device)
 
         def one(data):
+            if isinstance(data, (str, os.PathLike)):
+                return _read_and_decode(data, read_mode, apply_exif_orientation, op, expected,
+                                        dev)
             return _to_device(_decode_one(data, read_mode, apply_exif_orientation, op, expected),
                               dev)
 
@@ -348,8 +391,20 @@ decode_png.__doc__ = """Decode PNG bytes to [C, H, W] (uint16 for 16-bit images)
 decode_webp = _decoder("decode_webp", "WebP")
 decode_webp.__doc__ = """Decode WebP bytes to [C, H, W] uint8."""
 decode_image = _decoder("decode_image", None)
-decode_image.__doc__ = """Decode JPEG, PNG, GIF or WebP bytes, the format read from the magic
-bytes; a list of tensors decodes in parallel and returns a list."""
+decode_image.__doc__ = """Decode JPEG, PNG, GIF or WebP bytes (or a file, given its path), the
+format read from the magic bytes; a list decodes in parallel and returns a list."""
+
+
+def _read_and_decode(path: str | os.PathLike, mode: ImageReadMode, apply_exif_orientation: bool,
+                     op: str, expected: str | None, device: torch.device) -> torch.Tensor:
+    """Decode the file at ``path``; a decode error names the file."""
+    path = os.fspath(path)
+    data = read_file(path)
+    try:
+        img = _decode_one(data, mode, apply_exif_orientation, op, expected)
+    except DecodeError as exc:
+        raise exc.located(source=path) from exc
+    return _to_device(img, device)
 
 
 def decode_jpeg(input: torch.Tensor | Sequence[torch.Tensor],
@@ -380,8 +435,9 @@ def decode_gif(input: torch.Tensor) -> torch.Tensor:
 
 def read_image(path: str | os.PathLike, mode: ImageReadMode | str = ImageReadMode.UNCHANGED,
                apply_exif_orientation: bool = False) -> torch.Tensor:
-    """Read and decode an image file (JPEG, PNG, GIF, WebP)."""
-    return decode_image(read_file(path), mode, apply_exif_orientation)
+    """Read and decode an image file (JPEG, PNG, GIF, WebP); a decode error names the file."""
+    return _read_and_decode(path, _read_mode(mode), apply_exif_orientation, "read_image", None,
+                            torch.device("cpu"))
 
 
 def _check_image(img: object, op: str, channels: tuple[int, ...],
