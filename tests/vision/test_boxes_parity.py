@@ -90,3 +90,27 @@ def test_sanitize_finds_a_label_like_key():
     assert out["labels"].tolist() == [1] and out["my_label"].tolist() == [7, 8]
     with pytest.raises(ValueError, match="labels_getter"):
         T.SanitizeBoundingBoxes()({"boxes": boxes, "cls": torch.tensor([1, 2])})
+
+
+def test_pad_clamps_boxes_to_the_padded_canvas():
+    # values from torchvision 0.29: the shift is applied in the boxes' own format and
+    # dtype, then the boxes are clipped to the padded canvas with their clamping mode
+    boxes = torch.tensor([[-4.0, 3.0, 50.0, 12.0], [5.0, 6.0, 9.0, 60.0]])
+    b = tv.BoundingBoxes(boxes, format="XYXY", canvas_size=(37, 41))
+    out = F.pad(b, [2, 5])
+    assert out.canvas_size == (47, 45)
+    assert out.tolist() == [[0.0, 8.0, 45.0, 17.0], [7.0, 11.0, 11.0, 47.0]]
+    kept = F.pad(tv.BoundingBoxes(boxes, format="XYXY", canvas_size=(37, 41),
+                                  clamping_mode=None), [2, 5])
+    assert kept.tolist() == [[-2.0, 8.0, 52.0, 17.0], [7.0, 11.0, 11.0, 65.0]]
+    xywh = tv.BoundingBoxes(torch.tensor([[30, 1, 20, 7]]), format="XYWH", canvas_size=(10, 40))
+    out = F.pad(xywh, [1, 2, 3, 4])
+    assert out.dtype == torch.int64 and out.canvas_size == (16, 44)
+    assert out.tolist() == [[31, 3, 13, 7]]  # x2 = 51 clipped to 44
+    cxcy = tv.BoundingBoxes(torch.tensor([[38, 5, 10, 4]]), format="CXCYWH", canvas_size=(10, 40))
+    # shifted to (39, 7, 10, 4) = XYXY (34, 5, 44, 9), clipped to width 41: (34, 5, 41, 9)
+    assert F.pad(cxcy, [1, 2, 0, 0]).tolist() == [[37, 7, 7, 4]]
+    sample = T.Pad(3)({"boxes": b, "image": tv.Image(torch.zeros(3, 37, 41))})
+    assert sample["boxes"].tolist()[0] == [0.0, 6.0, 47.0, 15.0]
+    with pytest.raises(ValueError, match="padding_mode"):
+        F.pad(b, 2, padding_mode="wrap")

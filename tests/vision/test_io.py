@@ -56,11 +56,15 @@ def _reference(data: torch.Tensor, mode: ImageReadMode) -> torch.Tensor:
             return gray if mode is ImageReadMode.GRAY else torch.cat([gray, rgba[3:4].byte()])
     target = {ImageReadMode.GRAY: "L", ImageReadMode.GRAY_ALPHA: "LA",
               ImageReadMode.RGB: "RGB", ImageReadMode.RGB_ALPHA: "RGBA"}.get(mode)
-    if target is None:  # UNCHANGED: Pillow's mode, palettes and CMYK expanded
+    if target is None:  # UNCHANGED: Pillow's mode; CMYK as stored, palette PNGs' index map
+        if im.mode == "CMYK":  # Pillow inverts every CMYK JPEG (Adobe polarity) on reading
+            return 255 - _chw(im)
+        if im.mode == "P" and im.format == "PNG":
+            return _chw(np.asarray(im))
         if im.mode == "P":
             target = "RGBA" if "transparency" in im.info else "RGB"
         else:
-            target = {"CMYK": "RGB", "1": "L"}.get(im.mode, im.mode)
+            target = {"1": "L"}.get(im.mode, im.mode)
     return _chw(im.convert(target))
 
 
@@ -108,10 +112,42 @@ def test_format_specific_decoders_agree_with_decode_image():
 
 
 def test_unchanged_channel_counts():
-    expected = {"jpeg_rgb": 3, "jpeg_gray": 1, "jpeg_cmyk": 3, "png_L": 1, "png_LA": 2,
-                "png_RGBA": 4, "png_P": 3, "png_P_transparent": 4, "webp_rgba": 4}
+    expected = {"jpeg_rgb": 3, "jpeg_gray": 1, "jpeg_cmyk": 4, "png_L": 1, "png_LA": 2,
+                "png_RGBA": 4, "png_P": 1, "png_P_transparent": 1, "webp_rgba": 4}
     for name, channels in expected.items():
         assert vio.decode_image(SOURCES[name]).shape[0] == channels, name
+
+
+def test_unchanged_cmyk_jpeg_is_the_stored_samples():
+    # torchvision returns libjpeg's 4 stored samples. Pillow writes CMYK inverted (Adobe
+    # polarity) and inverts every CMYK JPEG back on reading, with or without the APP14
+    # marker, so the stored samples are 255 - Pillow's, near 255 - the source values.
+    cmyk = Image.fromarray(_pattern(channels=4), "CMYK")
+    adobe = _encode(cmyk, "JPEG", quality=100)
+    raw = adobe.numpy().tobytes()
+    at = raw.find(b"\xff\xee")
+    end = at + 2 + struct.unpack(">H", raw[at + 2:at + 4])[0]
+    plain = torch.frombuffer(bytearray(raw[:at] + raw[end:]), dtype=torch.uint8)
+    source = torch.from_numpy(np.asarray(cmyk).transpose(2, 0, 1).astype(np.int16))
+    for data in (adobe, plain):
+        out = vio.decode_image(data)
+        assert out.shape == (4, 37, 53)
+        assert torch.equal(out, 255 - _chw(np.asarray(_pil(data))))
+        assert (out.to(torch.int16) - (255 - source)).abs().float().mean() < 4
+    assert torch.equal(vio.decode_jpeg(adobe), vio.decode_image(adobe))
+    assert vio.decode_jpeg(adobe, mode=ImageReadMode.RGB).shape[0] == 3
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_unchanged_palette_png_is_the_index_map(bits):
+    colours = 1 << bits
+    index = np.random.default_rng(bits).integers(0, colours, (13, 19)).astype(np.uint8)
+    im = Image.fromarray(index, "P")
+    im.putpalette([i % 256 for i in range(3 * colours)])
+    out = vio.decode_png(_encode(im, "PNG", bits=bits))
+    assert out.shape == (1, 13, 19) and torch.equal(out[0], torch.from_numpy(index))
+    rgb = vio.decode_png(_encode(im, "PNG", bits=bits), ImageReadMode.RGB)
+    assert torch.equal(rgb, _chw(np.asarray(im.convert("RGB"))))
 
 
 def test_mode_accepts_names():

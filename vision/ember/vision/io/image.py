@@ -251,9 +251,20 @@ def _decode_checked(data: torch.Tensor, mode: ImageReadMode, apply_exif_orientat
         wide = _png16_color(im, data, op)
         if wide is not None:
             return _convert16(wide, mode)
+    # Pillow reads CMYK JPEGs with Adobe polarity (rawmode CMYK;I, samples inverted);
+    # torchvision returns the stored samples, so UNCHANGED undoes that inversion
+    inverted_cmyk = (fmt == "JPEG" and im.mode == "CMYK" and len(im.tile) >= 1
+                     and im.tile[0].args is not None and "CMYK;I" in str(im.tile[0].args))
     _load(im, op, fmt)
     if apply_exif_orientation:
         im = ImageOps.exif_transpose(im)
+    if mode is ImageReadMode.UNCHANGED:
+        if im.mode == "CMYK":
+            # torchvision: the 4 samples as libjpeg returns them (stored, not un-inverted)
+            cmyk = _to_tensor(im)
+            return torch.bitwise_not(cmyk) if inverted_cmyk else cmyk
+        if fmt == "PNG" and im.mode == "P":
+            return _to_tensor(im)  # torchvision: the 1-channel index map, palette not applied
     if fmt == "PNG" and im.mode in ("I;16", "I;16B", "I;16L", "I"):
         return _convert16(_to_tensor(im), mode)  # 16-bit grey keeps its 16 bits in every mode
     if (fmt == "PNG" and mode in (ImageReadMode.GRAY, ImageReadMode.GRAY_ALPHA)

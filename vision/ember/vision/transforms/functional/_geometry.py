@@ -15,12 +15,13 @@ import torch.nn.functional as tF
 
 from ember.core import kernels
 from ember.vision import tv_tensors
-from ember.vision.transforms.functional._boxes import clamp_xyxy, in_xyxy
+from ember.vision.transforms.functional._boxes import _clamp_arith, clamp_xyxy, in_xyxy
 from ember.vision.transforms.functional._registry import (
     dispatcher,
     register_boxes,
     register_image,
     register_mask,
+    register_raw,
 )
 from ember.vision.transforms.functional._utils import (
     InterpolationMode,
@@ -509,10 +510,19 @@ def _pad_any(x, padding, fill=None, padding_mode="constant", channel_dim=True):
     return x.index_select(-2, rows).index_select(-1, cols)
 
 
-def _pad_boxes(xyxy, canvas, padding, fill=None, padding_mode="constant"):
+def _pad_boxes(boxes, padding, fill=None, padding_mode="constant"):
+    """Shift by (left, top) in the boxes' own format and dtype, then clip to the padded
+    canvas with the boxes' clamping mode (torchvision's arithmetic: a box reaching past the
+    old canvas is cut at the new one; clamping_mode=None keeps it)."""
+    if padding_mode not in _PAD_MODES:
+        raise ValueError(f"padding_mode must be one of {_PAD_MODES}, got {padding_mode!r}")
     left, top, right, bottom = parse_padding(padding)
-    out = xyxy + xyxy.new_tensor([left, top, left, top])
-    return out, (canvas[0] + top + bottom, canvas[1] + left + right)
+    far = (left, top) if boxes.format == tv_tensors.BoundingBoxFormat.XYXY else (0, 0)
+    plain = tv_tensors.unwrap(boxes)
+    shifted = plain + torch.tensor([left, top, *far], dtype=plain.dtype, device=plain.device)
+    canvas = (boxes.canvas_size[0] + top + bottom, boxes.canvas_size[1] + left + right)
+    out = _clamp_arith(shifted, boxes.format, canvas, boxes.clamping_mode)
+    return tv_tensors.wrap(out, like=boxes, canvas_size=canvas)
 
 
 @dispatcher
@@ -523,7 +533,7 @@ def pad(inpt, padding, fill=None, padding_mode="constant"):
 register_image(pad, _pad_any)
 register_mask(pad, lambda x, padding, fill=None, padding_mode="constant":
               _pad_any(x, padding, 0 if fill is None else fill, padding_mode, channel_dim=False))
-register_boxes(pad, in_xyxy(_pad_boxes))
+register_raw(pad, tv_tensors.BoundingBoxes, _pad_boxes)
 
 
 # ----------------------------------------------------------------------------- affine warps
