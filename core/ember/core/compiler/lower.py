@@ -1226,6 +1226,10 @@ class GraphLowering:
                 not isinstance(node.target, torch._ops.OpOverload)
                 and isinstance(val, (int, float, bool))):
             return sym(val)
+        if isinstance(node.target, torch._ops.HigherOrderOperator):
+            # with_effects (ordered side effects: linalg's error checks) threads a token an
+            # extern call cannot carry; no HOP has a lowering: the graph runs in eager ATen
+            raise Unsupported(f"higher-order op {node.target.name()}: the graph runs in eager")
         args, kwargs = self._arg(node.args), self._arg(node.kwargs)
         target = node.target
         packet = getattr(target, "_overloadpacket", None)
