@@ -66,3 +66,11 @@ def test_graph_with_effect_tokens_runs_in_eager_with_a_reason(ecompile, matches)
     with pytest.raises(Exception, match="higher-order op") as info:
         ecompile(fn)(a)
     assert isinstance(info.value, Unsupported) or "Unsupported" in str(info.value)
+
+
+def test_squeeze_of_a_zero_dim_tensor(ecompile, matches):
+    """squeeze(0) / squeeze(-1) of a 0-dim tensor is the tensor (the lowering indexed past
+    its empty size list; linear_cross_entropy's reduction does it)."""
+    fn = lambda x, y: (x.sum().squeeze(0) * 2, x.sum().squeeze(-1) + y, y.squeeze())
+    x, y = torch.randn(3, 4), torch.tensor(2.0)
+    matches(ecompile(fn)(x, y), fn(x, y))

@@ -470,6 +470,8 @@ def _unsqueeze(ctx, x, dim):
 @register(aten.squeeze, prims.squeeze)
 def _squeeze(ctx, x, dims=None):
     n = len(x.size)
+    if n == 0:  # eager accepts dim 0 / -1 of a 0-dim tensor: nothing to squeeze
+        return x
     if dims is None:
         dims = [d for d in range(n) if x.size[d] == 1]
     elif isinstance(dims, int):
