@@ -38,6 +38,15 @@ def max_diff(a, b) -> int:
     return int((a.int() - b.int()).abs().max())
 
 
+def max_diff_inside(a, b, warp, src_hw=(30, 40)) -> int:
+    """max_diff over the pixels whose bilinear source lies wholly inside the image: at the
+    border torchvision (whose rules we follow) and Pillow treat the outside differently."""
+    ones = torch.ones((1,) + tuple(src_hw))
+    inside = (warp(ones) > 1 - 1e-5).expand_as(a)
+    assert inside.float().mean() > 0.4  # the comparison covers most of the image
+    return int((a.int() - b.int()).abs()[inside].max())
+
+
 # ----------------------------------------------------------------------------- tv_tensors
 
 def test_tv_tensor_ops_return_plain_and_clone_keeps_type():
@@ -206,7 +215,8 @@ def test_rotate_bilinear_matches_pillow(angle, expand):
     ref = from_pil(to_pil(x).rotate(angle, resample=PILImage.BILINEAR, expand=expand))
     out = F.rotate(x, angle, interpolation="bilinear", expand=expand)
     assert out.shape == ref.shape
-    assert max_diff(out, ref) <= 1
+    assert max_diff_inside(out, ref, lambda t: F.rotate(t, angle, interpolation="bilinear",
+                                                         expand=expand)) <= 1
 
 
 def test_rotate_nearest_matches_pillow_but_for_ties():
@@ -222,7 +232,8 @@ def test_affine_translate_rotate_matches_pillow():
     # Pillow's rotate(translate=...) is a rotation about the centre followed by a translation
     ref = from_pil(to_pil(x).rotate(20.0, resample=PILImage.BILINEAR, translate=(3, -2)))
     out = F.affine(x, -20.0, [3, -2], 1.0, [0.0, 0.0], interpolation="bilinear")
-    assert max_diff(out, ref) <= 1
+    assert max_diff_inside(out, ref, lambda t: F.affine(t, -20.0, [3, -2], 1.0, [0.0, 0.0],
+                                                         interpolation="bilinear")) <= 1
 
 
 def test_affine_scale_rotate_translate_matches_pillow_transform():
@@ -240,7 +251,8 @@ def test_affine_scale_rotate_translate_matches_pillow_transform():
     ref = from_pil(to_pil(x).transform((40, 30), PILImage.AFFINE, inv[:2].flatten().tolist(),
                                        PILImage.BILINEAR))
     out = F.affine(x, angle, [tx, ty], s, [0.0, 0.0], interpolation="bilinear")
-    assert max_diff(out, ref) <= 1
+    assert max_diff_inside(out, ref, lambda t: F.affine(t, angle, [tx, ty], s, [0.0, 0.0],
+                                                         interpolation="bilinear")) <= 1
 
 
 def test_perspective_matches_pillow():
@@ -256,9 +268,7 @@ def test_perspective_matches_pillow():
     ref = from_pil(to_pil(x).transform((40, 30), PILImage.PERSPECTIVE, inv.flatten()[:8].tolist(),
                                        PILImage.BILINEAR))
     out = F.perspective(x, start, end)
-    diff = (out.int() - ref.int()).abs()
-    # pixels whose source lies within float rounding of the border may take the fill
-    assert (diff > 1).float().mean() < 0.01
+    assert max_diff_inside(out, ref, lambda t: F.perspective(t, start, end)) <= 1
 
 
 # ----------------------------------------------------------------------------- color formulas

@@ -159,8 +159,10 @@ def _resize_image(img, size, interpolation=InterpolationMode.BILINEAR, max_size=
         out = _resize_nearest(x, oh, ow, mode == InterpolationMode.NEAREST_EXACT)
     else:
         aa = bool(antialias)
-        if x.dtype == torch.uint8 and x.device.type == "cpu" and mode == InterpolationMode.BILINEAR:
-            # torch's uint8 channels-last kernel is Pillow's fixed-point algorithm
+        if x.dtype == torch.uint8 and x.device.type == "cpu" and mode in (
+                InterpolationMode.BILINEAR, InterpolationMode.BICUBIC):
+            # torch's uint8 channels-last kernel is Pillow's fixed-point algorithm; bicubic
+            # with or without antialias goes through it in torchvision too
             out = tF.interpolate(x.contiguous(memory_format=torch.channels_last), size=(oh, ow),
                                  mode=mode.value, align_corners=False, antialias=aa).contiguous()
         elif not x.dtype.is_floating_point and aa:
@@ -356,7 +358,8 @@ def _(img, top, left, height, width, oh, ow, mode, antialias):
     """One torch interpolate call per window over the thread pool (for uint8 bilinear that
     is Pillow's fixed-point algorithm); other integer cases take the dense weights."""
     m = InterpolationMode(mode)
-    if (m != InterpolationMode.BILINEAR if img.dtype == torch.uint8
+    if (m not in (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)
+            if img.dtype == torch.uint8
             else img.dtype not in (torch.float32, torch.float64)):
         return _resized_crop_dense(img, top, left, height, width, oh, ow, m, antialias)
     n = img.shape[0]
@@ -593,13 +596,27 @@ def _warp(x, minv, out_hw, interpolation, fill, channel_dim=True):
         lin = (iy * w + ix).reshape(minv.shape[0], 1, -1).expand(n, flat.shape[1], -1)
         out = flat.reshape(n, flat.shape[1], -1).gather(2, lin).reshape(n, -1, oh, ow)
     else:
+        # torchvision's tensor kernel: samples past the border count as zero; with a fill,
+        # a ones plane warped alongside says how much of each output pixel came from
+        # inside and the fill is blended in by that weight (fill=None: no blending, the
+        # border fades to zero); integer images are rounded
         grid = torch.stack([sx * 2 / w - 1, sy * 2 / h - 1], -1).to(torch.float32)
         xf = flat if flat.dtype in (torch.float32, torch.float64) else flat.to(torch.float32)
-        out = tF.grid_sample(xf, grid.expand(n, -1, -1, -1).to(xf.dtype), mode=mode.value,
-                             padding_mode="border", align_corners=False)
-        # Pillow truncates bilinear results of integer images
-        out = out.to(x.dtype) if x.dtype.is_floating_point else from_float(out, x.dtype,
-                                                                            round_=False)
+        c = xf.shape[1]
+        if fill is not None:
+            xf = torch.cat([xf, xf.new_ones((n, 1) + tuple(xf.shape[-2:]))], 1)
+        warped = tF.grid_sample(xf, grid.expand(n, -1, -1, -1).to(xf.dtype),
+                                mode=mode.value, padding_mode="zeros", align_corners=False)
+        out = warped[:, :c]
+        if fill is not None:
+            f = torch.as_tensor(_fill_tensor(fill, out, True), dtype=out.dtype,
+                                device=out.device)
+            f = f.view(1, -1, 1, 1) if f.ndim else f
+            out = (out - f) * warped[:, c:] + f
+        out = out.to(x.dtype) if x.dtype.is_floating_point else from_float(out, x.dtype)
+        if not channel_dim:
+            out = out.squeeze(1)
+        return out.reshape(lead + tuple(out.shape[1:]))
     f = _fill_tensor(fill, out, True)
     f = torch.as_tensor(f, dtype=out.dtype, device=out.device)
     out = torch.where(inside.unsqueeze(1), out, f.view(-1, 1, 1) if f.ndim else f)
