@@ -225,15 +225,8 @@ class SanitizeBoundingBoxes(Transform):
             raise ValueError(f"SanitizeBoundingBoxes needs exactly one BoundingBoxes in the "
                              f"sample, found {len(boxes)}")
         b = boxes[0]
-        if b.ndim != 2:
-            raise ValueError(f"SanitizeBoundingBoxes works on unbatched boxes [N, 4], "
-                             f"got {tuple(b.shape)}")
-        xyxy = F._boxes.to_xyxy(tv_tensors.unwrap(b).to(torch.float32), b.format)
-        ws, hs = xyxy[:, 2] - xyxy[:, 0], xyxy[:, 3] - xyxy[:, 1]
-        h, w = b.canvas_size
-        valid = (ws >= self.min_size) & (hs >= self.min_size) & (ws * hs >= self.min_area)
-        valid &= (xyxy >= 0).all(-1) & (xyxy[:, 0::2] <= w).all(-1) & (xyxy[:, 1::2] <= h).all(-1)
-        valid &= torch.isfinite(xyxy).all(-1)
+        valid = F._boxes.sanitize_mask(tv_tensors.unwrap(b), b.format, b.canvas_size,
+                                       self.min_size, self.min_area)
         n = b.shape[0]
         out = []
         for x in leaves:

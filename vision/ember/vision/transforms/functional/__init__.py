@@ -5,9 +5,21 @@ Each function dispatches on its input's type through a kernel registry: plain te
 ``register_kernel(functional, MyType)`` adds a kernel for a user type.
 """
 
+from ember.vision.transforms.functional._augment import (
+    elastic,
+    elastic_transform,
+    gaussian_noise,
+    jpeg,
+)
 from ember.vision.transforms.functional._boxes import (
     clamp_bounding_boxes,
     convert_bounding_box_format,
+    sanitize_bounding_boxes,
+)
+from ember.vision.transforms.functional._channels import (
+    grayscale_to_rgb,
+    permute_channels,
+    uniform_temporal_subsample,
 )
 from ember.vision.transforms.functional._color import (
     adjust_brightness,
@@ -35,9 +47,18 @@ from ember.vision.transforms.functional._geometry import (
     resize,
     resized_crop,
     rotate,
+    ten_crop,
     vertical_flip,
 )
+from ember.vision.transforms.functional._meta import (
+    get_dimensions,
+    get_image_num_channels,
+    get_num_channels,
+    get_num_frames,
+    is_pure_tensor,
+)
 from ember.vision.transforms.functional._misc import (
+    convert_image_dtype,
     erase,
     gaussian_blur,
     normalize,
@@ -48,6 +69,7 @@ from ember.vision.transforms.functional._type_conversion import (
     pil_to_tensor,
     to_image,
     to_pil_image,
+    to_tensor,
 )
 from ember.vision.transforms.functional._utils import InterpolationMode
 
@@ -61,12 +83,23 @@ __all__ = [
     "normalize", "to_dtype", "gaussian_blur", "erase",
     "convert_bounding_box_format", "clamp_bounding_boxes",
     "to_image", "pil_to_tensor", "to_pil_image",
+    "hflip", "vflip", "to_grayscale", "get_image_size", "get_dimensions", "get_num_channels",
+    "get_image_num_channels", "get_num_frames", "is_pure_tensor", "ten_crop", "elastic",
+    "elastic_transform", "jpeg", "gaussian_noise", "grayscale_to_rgb", "permute_channels",
+    "uniform_temporal_subsample", "sanitize_bounding_boxes", "convert_image_dtype", "to_tensor",
 ]
+
+# torchvision's other names for the same functions
+hflip = horizontal_flip
+vflip = vertical_flip
+to_grayscale = rgb_to_grayscale
+get_image_size = get_size
 
 # the functionals torchvision gives a PIL kernel: PIL in, PIL out (through the tensor kernel)
 for _f in (adjust_brightness, adjust_contrast, adjust_gamma, adjust_hue, adjust_saturation,
            adjust_sharpness, affine, autocontrast, crop, equalize, erase,
            gaussian_blur, horizontal_flip, invert, pad, perspective, posterize, resize,
-           resized_crop, rgb_to_grayscale, rotate, solarize, vertical_flip):
+           resized_crop, rgb_to_grayscale, rotate, solarize, vertical_flip, elastic,
+           gaussian_noise, permute_channels):
     register_pil(_f)
 del _f

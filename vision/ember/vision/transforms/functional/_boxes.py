@@ -163,3 +163,39 @@ register_raw(convert_bounding_box_format, torch.Tensor, _convert_plain)
 register_raw(convert_bounding_box_format, tv_tensors.BoundingBoxes, _convert_typed)
 register_raw(clamp_bounding_boxes, torch.Tensor, _clamp_plain)
 register_raw(clamp_bounding_boxes, tv_tensors.BoundingBoxes, _clamp_typed)
+
+
+def sanitize_mask(boxes: torch.Tensor, fmt: BoundingBoxFormat, canvas_size, min_size=1.0,
+                  min_area=1.0) -> torch.Tensor:
+    """Which boxes [N, 4] to keep: both sides >= ``min_size``, area >= ``min_area``, all
+    corners on the canvas (edges included) and finite."""
+    if boxes.ndim != 2:
+        raise ValueError(f"sanitizing works on unbatched boxes [N, 4], got {tuple(boxes.shape)}")
+    xyxy = to_xyxy(boxes.to(torch.float32), fmt)
+    ws, hs = xyxy[:, 2] - xyxy[:, 0], xyxy[:, 3] - xyxy[:, 1]
+    h, w = canvas_size
+    valid = (ws >= min_size) & (hs >= min_size) & (ws * hs >= min_area)
+    valid &= (xyxy >= 0).all(-1) & (xyxy[:, 0::2] <= w).all(-1) & (xyxy[:, 1::2] <= h).all(-1)
+    return valid & torch.isfinite(xyxy).all(-1)
+
+
+def sanitize_bounding_boxes(bounding_boxes, format=None, canvas_size=None, min_size=1.0,
+                            min_area=1.0):
+    """``(kept boxes, keep mask)``: the mask indexes the labels that go with the boxes.
+    ``format`` and ``canvas_size`` are given for a plain tensor only."""
+    if isinstance(bounding_boxes, tv_tensors.BoundingBoxes):
+        if format is not None or canvas_size is not None:
+            raise ValueError("sanitize_bounding_boxes: format and canvas_size must not be "
+                             "passed for a BoundingBoxes input (it carries its own)")
+        valid = sanitize_mask(tv_tensors.unwrap(bounding_boxes), bounding_boxes.format,
+                              bounding_boxes.canvas_size, min_size, min_area)
+        kept = tv_tensors.unwrap(bounding_boxes)[valid]
+        return tv_tensors.wrap(kept, like=bounding_boxes), valid
+    if not isinstance(bounding_boxes, torch.Tensor):
+        raise TypeError(f"bounding_boxes must be a tensor, got {type(bounding_boxes).__name__}")
+    if format is None or canvas_size is None:
+        raise ValueError("sanitize_bounding_boxes: format and canvas_size are required when "
+                         "bounding_boxes is a plain tensor")
+    valid = sanitize_mask(bounding_boxes, _as_format(format), tuple(canvas_size), min_size,
+                          min_area)
+    return bounding_boxes[valid], valid

@@ -288,6 +288,15 @@ def five_crop(inpt, size: int | Sequence[int]):
             center_crop(inpt, [ch, cw]))
 
 
+_FLIP = {False: horizontal_flip, True: vertical_flip}
+
+
+def ten_crop(inpt, size: int | Sequence[int], vertical_flip: bool = False):
+    """``five_crop`` of the input, then ``five_crop`` of its horizontal (or, with
+    ``vertical_flip``, vertical) flip: ten crops."""
+    return five_crop(inpt, size) + five_crop(_FLIP[bool(vertical_flip)](inpt), size)
+
+
 # ----------------------------------------------------------------------------- resized crop
 
 def _filter_bilinear(x):

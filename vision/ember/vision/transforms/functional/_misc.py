@@ -183,3 +183,8 @@ def erase(inpt, i, j, h, w, v, inplace=False):
 
 register_image(erase, _erase_image)
 register_passthrough(erase, tv_tensors.Mask, tv_tensors.BoundingBoxes)
+
+
+def convert_image_dtype(image, dtype=torch.float32):
+    """Deprecated in torchvision: ``to_dtype(image, dtype, scale=True)``."""
+    return to_dtype(image, dtype, scale=True)

@@ -158,3 +158,22 @@ def pil_kernel(kernel):
         return image_as_pil(out)
 
     return run
+
+
+def to_tensor(pic: Any) -> torch.Tensor:
+    """Deprecated in torchvision (use ``to_image`` then ``to_dtype(float32, scale=True)``):
+    a PIL image or an HWC/HW numpy array as a [C, H, W] tensor; uint8 (and 1-bit) values
+    are scaled to float32 in [0, 1], other dtypes are kept as they are."""
+    if isinstance(pic, np.ndarray):
+        if pic.ndim not in (2, 3):
+            raise ValueError(f"pic must be a 2 or 3 dimensional array, got {pic.ndim} dimensions")
+        out = torch.from_numpy(np.ascontiguousarray(np.atleast_3d(pic).transpose(2, 0, 1)))
+    elif _is_pil(pic):
+        out = pil_to_tensor(pic)
+    else:
+        raise TypeError(f"pic must be a PIL image or a numpy array, got {type(pic).__name__}")
+    if out.dtype == torch.bool:
+        return out.to(torch.float32)
+    if out.dtype == torch.uint8:
+        return out.to(torch.float32).div_(255)
+    return out
