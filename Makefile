@@ -6,8 +6,15 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 STAMP  := $(VENV)/.ember-installed
 PKGS   := core vision audio data arrow tools
 PYTEST_FAST := -m "not slow" -n 2 --dist loadfile
+# The parity suite's own environment: torch 2.14.1 + the real torchvision 0.29.1, with
+# ember-core and ember-vision installed editable (tests/peers/constraints.txt pins torch).
+PEERS_VENV  ?= .venv-peers
+PEERS_PY    := $(PEERS_VENV)/bin/python
+PEERS_PIP   := $(PEERS_PY) -m pip --disable-pip-version-check -q
+PEERS_STAMP := $(PEERS_VENV)/.ember-peers-installed
+PEERS_PINS  := tests/peers/constraints.txt
 
-.PHONY: venv test test-all lint demo bench clean
+.PHONY: venv test test-all test-peers lint demo bench clean
 
 venv: $(STAMP)
 
@@ -19,6 +26,16 @@ $(STAMP): constraints.txt requirements-test.txt $(foreach p,$(PKGS),$(p)/pyproje
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_FAST)
+
+$(PEERS_STAMP): $(PEERS_PINS) core/pyproject.toml vision/pyproject.toml
+	@test -x $(PEERS_PY) || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_PIP) install -c $(PEERS_PINS) torch==2.14.1 torchvision==0.29.1
+	$(PEERS_PIP) install -c $(PEERS_PINS) -e ./core -e ./vision pytest
+	@touch $(PEERS_STAMP)
+
+# ember.vision against the real torchvision (tests/peers; skipped by `make test`).
+test-peers: $(PEERS_STAMP)
+	$(PEERS_PY) -m pytest tests/peers
 
 test-all: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile
