@@ -182,6 +182,8 @@ KNOWN = {
     **{f"test_transforms_fixed_parameters[ColorJitter_b-4ch-{d}]": "torchvision refuses "
        "4-channel images in ColorJitter brightness (TypeError); ember computes them"
        for d in ("uint8", "float32")},
+    "test_more_functionals[get_image_size]": "get_image_size returns [H, W] = [37, 53]; "
+    "torchvision's (the v1 helper) returns [W, H] = [53, 37]",
     "test_transforms_fixed_parameters_with_boxes[FiveCrop]": "torchvision refuses boxes and "
     "masks in FiveCrop (TypeError); ember crops them",
     **{f"test_auto_augment_same_stream[{s}-IMAGENET]": "AutoAugment(IMAGENET) under the same "
@@ -881,3 +883,64 @@ def test_helpers_detect_a_difference():
         assert_same(a, a + 1, EXACT)
     with pytest.raises(AssertionError):
         assert_same(a.float(), a.float() + 1e-3, FLOAT_OPS)
+
+
+# ---------------------------------------------------------------- functionals added in ce1c0f1
+
+def _video(L):
+    return wrap_like(L, "Video", rand_image((9, 3, 13, 17), torch.uint8, seed=23))
+
+
+MORE_FUNCTIONALS = {
+    # name: (call, input maker, tolerance)
+    "hflip": (lambda L, x: L.F.hflip(x), None, EXACT),
+    "vflip": (lambda L, x: L.F.vflip(x), None, EXACT),
+    "to_grayscale": (lambda L, x: L.F.to_grayscale(x, 3), None, UINT8_ROUNDING),
+    "grayscale_to_rgb": (lambda L, x: L.F.grayscale_to_rgb(x[..., :1, :, :]), None, EXACT),
+    "permute_channels": (lambda L, x: L.F.permute_channels(x, [2, 0, 1]), None, EXACT),
+    "get_dimensions": (lambda L, x: L.F.get_dimensions(x), None, EXACT),
+    "get_num_channels": (lambda L, x: L.F.get_num_channels(x), None, EXACT),
+    "get_image_num_channels": (lambda L, x: L.F.get_image_num_channels(x), None, EXACT),
+    "get_image_size": (lambda L, x: L.F.get_image_size(x), None, EXACT),
+    "is_pure_tensor": (lambda L, x: (L.F.is_pure_tensor(x), L.F.is_pure_tensor(plain(x))),
+                       None, EXACT),
+    "ten_crop": (lambda L, x: L.F.ten_crop(x, [9, 11], vertical_flip=True), None, EXACT),
+    "convert_image_dtype": (lambda L, x: L.F.convert_image_dtype(x, torch.float32), None,
+                            FLOAT_OPS),
+    "get_num_frames": (lambda L, x: L.F.get_num_frames(x), _video, EXACT),
+    "uniform_temporal_subsample": (lambda L, x: L.F.uniform_temporal_subsample(x, 4), _video,
+                                   EXACT),
+    # sigma 0: no noise drawn to differ; the result is the clipped float image
+    "gaussian_noise": (lambda L, x: L.F.gaussian_noise(L.F.to_dtype(x, scale=True), 0.0, 0.0),
+                       None, EXACT),
+    # a fixed displacement field: the same grid_sample in both (float math, see warps)
+    "elastic": (lambda L, x: L.F.elastic(
+        x, torch.linspace(-0.05, 0.05, 37 * 53 * 2).view(1, 37, 53, 2)), None, WARP_UINT8),
+    "elastic_transform": (lambda L, x: L.F.elastic_transform(
+        x, torch.linspace(-0.05, 0.05, 37 * 53 * 2).view(1, 37, 53, 2)), None, WARP_UINT8),
+    # the same libjpeg encode + decode round trip would be exact; Pillow's encoder differs
+    "jpeg": (lambda L, x: L.F.jpeg(x, 80), None, ("levels", 40, 1.0)),
+    "to_tensor": (lambda L, x: L.F.to_tensor(PIL.Image.fromarray(plain(x).permute(1, 2, 0)
+                                                                 .numpy())), None, EXACT),
+    "sanitize_bounding_boxes": (lambda L, x: L.F.sanitize_bounding_boxes(
+        wrap_like(L, "boxes", rand_boxes(9, 37, 53, seed=24) * 1.5 - 10,
+                  canvas_size=(37, 53)), min_size=2.0), None, EXACT),
+}
+
+
+@compares(*(f"functional:{n}" for n in MORE_FUNCTIONALS))
+@pytest.mark.parametrize("name", list(MORE_FUNCTIONALS))
+def test_more_functionals(name, request):
+    known(request)
+    call, make, tol = MORE_FUNCTIONALS[name]
+    x = rand_image((3, 37, 53), torch.uint8, seed=25)
+    with pytest.warns() if name == "to_tensor" else _nothing():
+        both(call, make or (lambda L: wrap_like(L, "Image", x)), tol, name)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
