@@ -133,9 +133,13 @@ def test_pipeline_uint8_to_normalized_float():
 
 def test_five_crop_and_to_dtype_dict():
     img = tv.Image(batch(1)[0])
-    crops = T.FiveCrop(10)({"image": img, "k": 1})
-    assert len(crops) == 5 and all(c["image"].shape == (3, 10, 10) and c["k"] == 1 for c in crops)
-    assert torch.equal(crops[0]["image"], img[:, :10, :10])
+    # torchvision: the image leaf becomes the tuple of crops, the rest of the sample stays
+    out = T.FiveCrop(10)({"image": img, "k": 1})
+    crops = out["image"]
+    assert out["k"] == 1 and len(crops) == 5 and all(c.shape == (3, 10, 10) for c in crops)
+    assert torch.equal(crops[0], img[:, :10, :10])
+    with pytest.raises(TypeError):
+        T.FiveCrop(10)(img, tv.Mask(torch.zeros(32, 40)))
     mask = tv.Mask(torch.zeros(32, 40, dtype=torch.uint8))
     out = T.ToDtype({tv.Image: torch.float32, "others": None}, scale=True)(img, mask)
     assert out[0].dtype == torch.float32 and out[1].dtype == torch.uint8
@@ -285,7 +289,16 @@ def test_every_transform_pickles_and_reprs():
              T.TrivialAugmentWide(), T.MixUp(num_classes=3), T.CutMix(num_classes=3),
              T.ConvertBoundingBoxFormat("XYWH"), T.ClampBoundingBoxes(),
              T.SanitizeBoundingBoxes(), T.ToImage(), T.PILToTensor(), T.ToPILImage(),
-             T.ToPureTensor()]
+             T.ToPureTensor(), T.TenCrop(3), T.RandomResize(8, 12), T.RandomShortestSize(8),
+             T.ScaleJitter((16, 16)), T.RandomZoomOut(), T.RandomIoUCrop(),
+             T.ElasticTransform(sigma=1.0),
+             T.RandomInvert(), T.RandomEqualize(), T.RandomAutocontrast(), T.RandomPosterize(4),
+             T.RandomSolarize(128), T.RandomAdjustSharpness(2.0), T.RandomChannelPermutation(),
+             T.RandomPhotometricDistort(), T.GaussianNoise(), T.JPEG(50), T.RGB(), T.Identity(),
+             T.Lambda(abs), T.LinearTransformation(torch.eye(2), torch.zeros(2)),
+             T.UniformTemporalSubsample(1), T.ConvertImageDtype()]
+    with pytest.warns(DeprecationWarning):
+        every.append(T.ToTensor())
     names = {type(t).__name__ for t in every}
     assert names == set(T.__all__) - {"functional", "Transform", "InterpolationMode",
                                       "AutoAugmentPolicy"}
@@ -294,7 +307,7 @@ def test_every_transform_pickles_and_reprs():
         back = pickle.loads(pickle.dumps(t))
         assert type(back) is type(t) and repr(back) == repr(t)
         if isinstance(t, (T.MixUp, T.CutMix, T.SanitizeBoundingBoxes, T.Normalize,
-                          T.ToPILImage)):
+                          T.ToPILImage, T.RandomIoUCrop, T.LinearTransformation)):
             continue
         torch.manual_seed(0)
         a = t(x)

@@ -14,28 +14,56 @@ from ember.vision.transforms._augment import (
     RandAugment,
     TrivialAugmentWide,
 )
-from ember.vision.transforms._color import ColorJitter, GaussianBlur, Grayscale, RandomGrayscale
+from ember.vision.transforms._color import (
+    JPEG,
+    RGB,
+    ColorJitter,
+    GaussianBlur,
+    GaussianNoise,
+    Grayscale,
+    RandomAdjustSharpness,
+    RandomAutocontrast,
+    RandomChannelPermutation,
+    RandomEqualize,
+    RandomGrayscale,
+    RandomInvert,
+    RandomPhotometricDistort,
+    RandomPosterize,
+    RandomSolarize,
+)
 from ember.vision.transforms._container import Compose, RandomApply, RandomChoice, RandomOrder
 from ember.vision.transforms._geometry import (
     CenterCrop,
+    ElasticTransform,
     FiveCrop,
     Pad,
     RandomAffine,
     RandomCrop,
     RandomHorizontalFlip,
+    RandomIoUCrop,
     RandomPerspective,
+    RandomResize,
     RandomResizedCrop,
     RandomRotation,
+    RandomShortestSize,
     RandomVerticalFlip,
+    RandomZoomOut,
     Resize,
+    ScaleJitter,
+    TenCrop,
 )
 from ember.vision.transforms._misc import (
     ClampBoundingBoxes,
     ConvertBoundingBoxFormat,
+    ConvertImageDtype,
+    Identity,
+    Lambda,
+    LinearTransformation,
     Normalize,
     RandomErasing,
     SanitizeBoundingBoxes,
     ToDtype,
+    UniformTemporalSubsample,
 )
 from ember.vision.transforms._transform import Transform
 from ember.vision.transforms._type_conversion import (
@@ -43,6 +71,7 @@ from ember.vision.transforms._type_conversion import (
     ToImage,
     ToPILImage,
     ToPureTensor,
+    ToTensor,
 )
 from ember.vision.transforms.functional import InterpolationMode
 
@@ -55,4 +84,9 @@ __all__ = [
     "Normalize", "ToDtype", "RandomErasing", "AutoAugment", "AutoAugmentPolicy", "RandAugment",
     "TrivialAugmentWide", "MixUp", "CutMix", "ConvertBoundingBoxFormat", "ClampBoundingBoxes",
     "SanitizeBoundingBoxes", "ToImage", "PILToTensor", "ToPILImage", "ToPureTensor",
+    "TenCrop", "RandomResize", "RandomShortestSize", "ScaleJitter", "RandomZoomOut",
+    "RandomIoUCrop", "ElasticTransform", "RandomInvert", "RandomEqualize", "RandomAutocontrast",
+    "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "RandomChannelPermutation",
+    "RandomPhotometricDistort", "GaussianNoise", "JPEG", "RGB", "Identity", "Lambda",
+    "LinearTransformation", "UniformTemporalSubsample", "ConvertImageDtype", "ToTensor",
 ]

@@ -131,3 +131,191 @@ class GaussianBlur(Transform):
 
     def transform(self, inpt, params):
         return F.gaussian_blur(inpt, self.kernel_size, params["sigma"])
+
+
+class _RandomColorOp(RandomTransform):
+    """With probability ``p``, ``op(image, **args)``; masks and boxes pass."""
+
+    chunkable = True
+    op = staticmethod(lambda x: x)
+
+    def _args(self) -> dict:
+        return {}
+
+    def transform(self, inpt, params):
+        return type(self).op(inpt, **self._args())
+
+
+class RandomInvert(_RandomColorOp):
+    """With probability ``p``, invert the colours."""
+
+    op = staticmethod(F.invert)
+
+
+class RandomEqualize(_RandomColorOp):
+    """With probability ``p``, equalize the histogram."""
+
+    op = staticmethod(F.equalize)
+
+
+class RandomAutocontrast(_RandomColorOp):
+    """With probability ``p``, stretch every channel to the full range."""
+
+    op = staticmethod(F.autocontrast)
+
+
+class RandomPosterize(_RandomColorOp):
+    """With probability ``p``, keep the ``bits`` high bits of every value."""
+
+    op = staticmethod(F.posterize)
+
+    def __init__(self, bits: int, p: float = 0.5, per_sample: bool = False) -> None:
+        super().__init__(p, per_sample)
+        if isinstance(bits, bool) or not isinstance(bits, int) or not 0 <= bits <= 8:
+            raise ValueError(f"bits must be an int in [0, 8], got {bits!r}")
+        self.bits = bits
+
+    def _args(self):
+        return {"bits": self.bits}
+
+
+class RandomSolarize(_RandomColorOp):
+    """With probability ``p``, invert the values at or above ``threshold``."""
+
+    op = staticmethod(F.solarize)
+
+    def __init__(self, threshold: float, p: float = 0.5, per_sample: bool = False) -> None:
+        super().__init__(p, per_sample)
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+            raise TypeError(f"threshold must be a number, got {threshold!r}")
+        self.threshold = threshold
+
+    def _args(self):
+        return {"threshold": self.threshold}
+
+
+class RandomAdjustSharpness(_RandomColorOp):
+    """With probability ``p``, ``adjust_sharpness(image, sharpness_factor)``."""
+
+    op = staticmethod(F.adjust_sharpness)
+
+    def __init__(self, sharpness_factor: float, p: float = 0.5, per_sample: bool = False) -> None:
+        super().__init__(p, per_sample)
+        if not isinstance(sharpness_factor, (int, float)) or sharpness_factor < 0:
+            raise ValueError(f"sharpness_factor must be a non-negative number, "
+                             f"got {sharpness_factor!r}")
+        self.sharpness_factor = float(sharpness_factor)
+
+    def _args(self):
+        return {"sharpness_factor": self.sharpness_factor}
+
+
+def _channels(leaves) -> int:
+    for x in leaves:
+        if isinstance(x, torch.Tensor) and not isinstance(
+                x, (tv_tensors.Mask, tv_tensors.BoundingBoxes)):
+            return F.get_num_channels(x)
+    raise TypeError("the sample holds no image or video")
+
+
+class RandomChannelPermutation(Transform):
+    """Shuffle the channels of the images and videos (one permutation per call)."""
+
+    chunkable = True
+
+    def make_params(self, leaves):
+        return {"permutation": torch.randperm(_channels(leaves)).tolist()}
+
+    def transform(self, inpt, params):
+        return F.permute_channels(inpt, params["permutation"])
+
+
+class RandomPhotometricDistort(Transform):
+    """SSD's photometric distortion: each of brightness, contrast, saturation and hue with
+    probability ``p`` (factors uniform in their ranges), contrast before or after the
+    saturation and hue (even odds), then a random channel permutation with probability
+    ``p``. Draws in torchvision's order, so a seed gives torchvision's parameters."""
+
+    chunkable = True
+
+    def __init__(self, brightness=(0.875, 1.125), contrast=(0.5, 1.5), saturation=(0.5, 1.5),
+                 hue=(-0.05, 0.05), p: float = 0.5) -> None:
+        super().__init__()
+        self.brightness = check_range(brightness, "brightness", 1.0)
+        self.contrast = check_range(contrast, "contrast", 1.0)
+        self.saturation = check_range(saturation, "saturation", 1.0)
+        self.hue = check_range(hue, "hue", bound=(-0.5, 0.5))
+        if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+            raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
+        self.p = float(p)
+
+    def make_params(self, leaves):
+        c = _channels(leaves)
+        factors = []
+        for lo, hi in (self.brightness, self.contrast, self.saturation, self.hue):
+            # the factor is drawn only when the coin says apply
+            factors.append(float(torch.empty(1).uniform_(lo, hi))
+                           if torch.rand(1) < self.p else None)
+        contrast_first = bool(torch.rand(()) < 0.5)
+        perm = torch.randperm(c).tolist() if torch.rand(1) < self.p else None
+        return {"factors": factors, "contrast_first": contrast_first, "permutation": perm}
+
+    def transform(self, inpt, params):
+        b, c, s, h = params["factors"]
+        steps = [(F.adjust_brightness, b)]
+        middle = [(F.adjust_saturation, s), (F.adjust_hue, h)]
+        steps += [(F.adjust_contrast, c)] + middle if params["contrast_first"] else \
+            middle + [(F.adjust_contrast, c)]
+        for fn, f in steps:
+            if f is not None:
+                inpt = fn(inpt, f)
+        if params["permutation"] is not None:
+            inpt = F.permute_channels(inpt, params["permutation"])
+        return inpt
+
+
+class GaussianNoise(Transform):
+    """Add ``mean + sigma * N(0, 1)`` noise (in [0, 1] units) to images and videos."""
+
+    def __init__(self, mean: float = 0.0, sigma: float = 0.1, clip: bool = True) -> None:
+        super().__init__()
+        if not isinstance(sigma, (int, float)) or sigma < 0:
+            raise ValueError(f"sigma must be a non-negative number, got {sigma!r}")
+        self.mean, self.sigma, self.clip = float(mean), float(sigma), bool(clip)
+
+    def transform(self, inpt, params):
+        return F.gaussian_noise(inpt, mean=self.mean, sigma=self.sigma, clip=self.clip)
+
+
+class JPEG(Transform):
+    """JPEG compression at a quality drawn uniformly from ``quality`` (an int or (lo, hi))."""
+
+    chunkable = True
+
+    def __init__(self, quality) -> None:
+        super().__init__()
+        if isinstance(quality, bool):
+            raise TypeError("quality must be an int or a pair of ints, got a bool")
+        q = [quality, quality] if isinstance(quality, int) else list(quality)
+        if len(q) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in q) \
+                or not 1 <= q[0] <= q[1] <= 100:
+            raise ValueError(f"quality must be an int or a pair of ints with "
+                             f"1 <= lo <= hi <= 100, got {quality!r}")
+        self.quality = q
+
+    def make_params(self, leaves):
+        return {"quality": int(torch.randint(self.quality[0], self.quality[1] + 1, ()))}
+
+    def transform(self, inpt, params):
+        return F.jpeg(inpt, params["quality"])
+
+
+class RGB(Transform):
+    """Grayscale images to 3 channels; RGB images unchanged."""
+
+    chunkable = True
+
+    def transform(self, inpt, params):
+        if isinstance(inpt, (tv_tensors.Mask, tv_tensors.BoundingBoxes, tv_tensors.Video)):
+            return inpt
+        return F.grayscale_to_rgb(inpt)

@@ -79,22 +79,43 @@ class CenterCrop(Transform):
 
 
 class FiveCrop(Transform):
-    """The four corners and the centre, returned as a tuple of 5 samples."""
+    """The four corners and the centre: each image of the sample becomes a tuple of 5."""
 
     def __init__(self, size) -> None:
         super().__init__()
         self.size = list(_pair_size(size))
 
     def forward(self, *inputs):
-        sample = inputs if len(inputs) > 1 else inputs[0]
-        from torch.utils._pytree import tree_flatten, tree_unflatten
+        return _multi_crop(self, inputs, lambda x: F.five_crop(x, self.size))
 
-        from ember.vision.transforms._transform import transformed_leaves
 
-        leaves, spec = tree_flatten(sample)
-        chosen = transformed_leaves(leaves)
-        crops = [F.five_crop(x, self.size) if c else (x,) * 5 for x, c in zip(leaves, chosen)]
-        return tuple(tree_unflatten([c[k] for c in crops], spec) for k in range(5))
+def _multi_crop(t: Transform, inputs, crops):
+    """Every image leaf replaced by the tuple of its crops (torchvision's structure: a sample
+    (image, label) becomes ((crop, ...), label)); boxes and masks are refused."""
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+
+    from ember.vision import tv_tensors
+    from ember.vision.transforms._transform import transformed_leaves
+
+    sample = inputs if len(inputs) > 1 else inputs[0]
+    leaves, spec = tree_flatten(sample)
+    if any(isinstance(x, (tv_tensors.BoundingBoxes, tv_tensors.Mask)) for x in leaves):
+        raise TypeError(f"{type(t).__name__}() does not support BoundingBoxes or Mask inputs")
+    chosen = transformed_leaves(leaves)
+    return tree_unflatten([crops(x) if c else x for x, c in zip(leaves, chosen)], spec)
+
+
+class TenCrop(Transform):
+    """The five crops of the image and the five of its horizontal (or vertical) flip."""
+
+    def __init__(self, size, vertical_flip: bool = False) -> None:
+        super().__init__()
+        self.size = list(_pair_size(size))
+        self.vertical_flip = bool(vertical_flip)
+
+    def forward(self, *inputs):
+        return _multi_crop(self, inputs,
+                           lambda x: F.ten_crop(x, self.size, vertical_flip=self.vertical_flip))
 
 
 class Pad(Transform):
@@ -334,3 +355,239 @@ __all__: Sequence[str] = [
     "RandomHorizontalFlip", "RandomVerticalFlip", "Resize", "CenterCrop", "FiveCrop", "Pad",
     "RandomCrop", "RandomResizedCrop", "RandomRotation", "RandomAffine", "RandomPerspective",
 ]
+
+
+class _RandomSize(Transform):
+    """A resize to a size drawn per call (``size_for(h, w)``); the sample's parts follow."""
+
+    chunkable = True
+
+    def __init__(self, interpolation=InterpolationMode.BILINEAR, antialias: bool = True):
+        super().__init__()
+        self.interpolation = as_interpolation(interpolation)
+        self.antialias = antialias
+
+    def make_params(self, leaves):
+        return {"size": self.size_for(*query_size(leaves))}
+
+    def transform(self, inpt, params):
+        return F.resize(inpt, params["size"], self.interpolation, antialias=self.antialias)
+
+
+def _positive_int(v, name):
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{name} must be a positive int, got {v!r}")
+    return v
+
+
+class RandomResize(_RandomSize):
+    """Resize the shorter edge to an int drawn uniformly from [min_size, max_size)."""
+
+    def __init__(self, min_size: int, max_size: int, interpolation=InterpolationMode.BILINEAR,
+                 antialias: bool = True) -> None:
+        super().__init__(interpolation, antialias)
+        self.min_size = _positive_int(min_size, "min_size")
+        self.max_size = _positive_int(max_size, "max_size")
+        if max_size <= min_size:
+            raise ValueError(f"max_size must be larger than min_size (the draw excludes it), "
+                             f"got {min_size}, {max_size}")
+
+    def size_for(self, h, w):
+        return [int(torch.randint(self.min_size, self.max_size, ()))]
+
+
+class RandomShortestSize(_RandomSize):
+    """Scale so the shorter edge is one of ``min_size`` (picked uniformly), the longer edge
+    at most ``max_size``; sizes truncated to ints."""
+
+    def __init__(self, min_size, max_size: int | None = None,
+                 interpolation=InterpolationMode.BILINEAR, antialias: bool = True) -> None:
+        super().__init__(interpolation, antialias)
+        sizes = [min_size] if isinstance(min_size, int) else list(min_size)
+        if not sizes:
+            raise ValueError("min_size must be an int or a non-empty sequence of ints")
+        self.min_size = [_positive_int(v, "min_size") for v in sizes]
+        self.max_size = None if max_size is None else _positive_int(max_size, "max_size")
+
+    def size_for(self, h, w):
+        short = self.min_size[int(torch.randint(len(self.min_size), ()))]
+        r = short / min(h, w)
+        if self.max_size is not None:
+            r = min(r, self.max_size / max(h, w))
+        return [int(h * r), int(w * r)]
+
+
+class ScaleJitter(_RandomSize):
+    """Large-scale jitter: scale so the image fits ``target_size`` (given as (width,
+    height), as torchvision reads it), times a factor uniform in ``scale_range``."""
+
+    def __init__(self, target_size, scale_range=(0.1, 2.0),
+                 interpolation=InterpolationMode.BILINEAR, antialias: bool = True) -> None:
+        super().__init__(interpolation, antialias)
+        if len(target_size) != 2 or not all(v > 0 for v in target_size):
+            raise ValueError(f"target_size must be two positive numbers, got {target_size!r}")
+        self.target_size = tuple(target_size)
+        self.scale_range = check_range(scale_range, "scale_range")
+
+    def size_for(self, h, w):
+        lo, hi = self.scale_range
+        # float32 as torchvision computes it: the truncation to ints depends on it
+        scale = lo + torch.rand(1) * (hi - lo)
+        r = min(self.target_size[1] / h, self.target_size[0] / w) * scale
+        return [int(h * r), int(w * r)]
+
+
+class RandomZoomOut(RandomTransform):
+    """With probability ``p``, place the image on a canvas ``side`` times larger (``side``
+    uniform in ``side_range``) at a random position, the rest filled with ``fill``."""
+
+    def __init__(self, fill=0, side_range=(1.0, 4.0), p: float = 0.5) -> None:
+        super().__init__(p)
+        if len(side_range) != 2 or not 1.0 <= side_range[0] <= side_range[1]:
+            raise ValueError(f"side_range must be (lo, hi) with 1 <= lo <= hi, got {side_range!r}")
+        self.fill, self.side_range = fill, tuple(float(v) for v in side_range)
+
+    def draw(self, targets):
+        # the coin is drawn even at p=1, as torchvision does: a seed gives its canvas
+        if float(torch.rand(())) >= self.p:
+            return None
+        return self.make_params(targets), self.transform
+
+    def make_params(self, leaves):
+        h, w = query_size(leaves)
+        lo, hi = self.side_range
+        r = lo + torch.rand(1) * (hi - lo)  # float32, as torchvision draws it
+        cw, ch = int(w * r), int(h * r)
+        pos = torch.rand(2)
+        left, top = int((cw - w) * pos[0]), int((ch - h) * pos[1])
+        return {"padding": [left, top, cw - left - w, ch - top - h]}
+
+    def transform(self, inpt, params):
+        return F.pad(inpt, params["padding"], fill=self.fill)
+
+
+class RandomIoUCrop(Transform):
+    """SSD's crop: draw a minimum IoU from ``sampler_options`` (1.0 or more: keep the sample),
+    then up to ``trials`` crops (scale and aspect-ratio limited) until one holds a box
+    centre and overlaps some such box by that IoU. Boxes whose centre falls outside are
+    set to zeros (degenerate): follow with ``SanitizeBoundingBoxes``."""
+
+    def __init__(self, min_scale: float = 0.3, max_scale: float = 1.0,
+                 min_aspect_ratio: float = 0.5, max_aspect_ratio: float = 2.0,
+                 sampler_options=None, trials: int = 40) -> None:
+        super().__init__()
+        if not 0 < min_scale <= max_scale:
+            raise ValueError(f"need 0 < min_scale <= max_scale, got {min_scale}, {max_scale}")
+        if not 0 < min_aspect_ratio <= max_aspect_ratio:
+            raise ValueError(f"need 0 < min_aspect_ratio <= max_aspect_ratio, got "
+                             f"{min_aspect_ratio}, {max_aspect_ratio}")
+        self.min_scale, self.max_scale = float(min_scale), float(max_scale)
+        self.min_aspect_ratio, self.max_aspect_ratio = min_aspect_ratio, max_aspect_ratio
+        self.options = [0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0] if sampler_options is None \
+            else list(sampler_options)
+        if not self.options:
+            raise ValueError("sampler_options must not be empty")
+        self.trials = _positive_int(trials, "trials")
+
+    def forward(self, *inputs):
+        import PIL.Image
+        from torch.utils._pytree import tree_flatten
+
+        from ember.vision import tv_tensors
+
+        leaves = tree_flatten(inputs)[0]
+        if not any(isinstance(x, tv_tensors.BoundingBoxes) for x in leaves) or not any(
+                isinstance(x, (tv_tensors.Image, PIL.Image.Image)) or F.is_pure_tensor(x)
+                for x in leaves):
+            raise TypeError("RandomIoUCrop() needs a sample with an image and BoundingBoxes "
+                            "(masks may come along)")
+        return super().forward(*inputs)
+
+    def _trial(self, h, w, xyxy):
+        r = self.min_scale + (self.max_scale - self.min_scale) * torch.rand(2)
+        nw, nh = int(w * r[0]), int(h * r[1])
+        if nh == 0 or not self.min_aspect_ratio <= nw / nh <= self.max_aspect_ratio:
+            return None
+        r = torch.rand(2)
+        left, top = int((w - nw) * r[0]), int((h - nh) * r[1])
+        if nw == 0 or nh == 0:
+            return None
+        cx, cy = (xyxy[:, 0] + xyxy[:, 2]) / 2, (xyxy[:, 1] + xyxy[:, 3]) / 2
+        inside = (left < cx) & (cx < left + nw) & (top < cy) & (cy < top + nh)
+        if not bool(inside.any()):
+            return None
+        return {"top": top, "left": left, "height": nh, "width": nw, "inside": inside}
+
+    def make_params(self, leaves):
+        from ember.vision import tv_tensors
+        from ember.vision.ops import box_iou
+
+        h, w = query_size(leaves)
+        boxes = next(x for x in leaves if isinstance(x, tv_tensors.BoundingBoxes))
+        if boxes.ndim != 2:
+            raise ValueError(f"RandomIoUCrop works on unbatched boxes [N, 4], "
+                             f"got {tuple(boxes.shape)}")
+        xyxy = F.convert_bounding_box_format(tv_tensors.unwrap(boxes), boxes.format, "XYXY")
+        while True:  # as torchvision: redraw the option until a crop is found
+            min_iou = self.options[int(torch.randint(len(self.options), (1,)))]
+            if min_iou >= 1.0:
+                return {}
+            for _ in range(self.trials):
+                p = self._trial(h, w, xyxy)
+                if p is None:
+                    continue
+                crop = torch.tensor([[p["left"], p["top"], p["left"] + p["width"],
+                                      p["top"] + p["height"]]], dtype=torch.float32)
+                if float(box_iou(xyxy[p["inside"]].float(), crop).max()) < min_iou:
+                    continue
+                return p
+
+    def transform(self, inpt, params):
+        from ember.vision import tv_tensors
+
+        if not params:
+            return inpt
+        out = F.crop(inpt, params["top"], params["left"], params["height"], params["width"])
+        if isinstance(out, tv_tensors.BoundingBoxes):
+            keep = params["inside"].to(out.device).unsqueeze(-1)
+            out = tv_tensors.wrap(torch.where(keep, tv_tensors.unwrap(out), 0), like=out)
+        return out
+
+
+class ElasticTransform(Transform):
+    """Elastic distortion: a uniform [-1, 1] random field per axis, blurred with a Gaussian
+    of ``sigma`` and scaled by ``alpha`` pixels; masks follow (nearest), boxes approximately."""
+
+    def __init__(self, alpha=50.0, sigma=5.0, interpolation=InterpolationMode.BILINEAR,
+                 fill=0) -> None:
+        super().__init__()
+        self.alpha = self._pair(alpha, "alpha")
+        self.sigma = self._pair(sigma, "sigma")
+        self.interpolation = as_interpolation(interpolation)
+        self.fill = fill
+
+    @staticmethod
+    def _pair(v, name):
+        vals = [v, v] if isinstance(v, (int, float)) else list(v)
+        if len(vals) == 1:
+            vals = vals * 2
+        if len(vals) != 2 or not all(isinstance(x, (int, float)) and x >= 0 for x in vals):
+            raise ValueError(f"{name} must be a non-negative number or two, got {v!r}")
+        return [float(x) for x in vals]
+
+    def _field(self, h, w, sigma_i, scale):
+        d = torch.rand(1, 1, h, w) * 2 - 1
+        if self.sigma[sigma_i] > 0.0:
+            k = int(8 * self.sigma[sigma_i] + 1)
+            k += 1 - k % 2  # odd
+            d = F.gaussian_blur(d, [k, k], list(self.sigma))
+        return d * scale
+
+    def make_params(self, leaves):
+        h, w = query_size(leaves)
+        dx = self._field(h, w, 0, self.alpha[0] / w)
+        dy = self._field(h, w, 1, self.alpha[1] / h)
+        return {"displacement": torch.cat([dx, dy], 1).permute(0, 2, 3, 1)}
+
+    def transform(self, inpt, params):
+        return F.elastic(inpt, params["displacement"], self.interpolation, self.fill)

@@ -237,3 +237,112 @@ class SanitizeBoundingBoxes(Transform):
             else:
                 out.append(x)
         return tree_unflatten(out, spec)
+
+
+class Identity(Transform):
+    """Returns its input unchanged."""
+
+    pil = "pass"
+
+    def forward(self, *inputs):
+        return inputs if len(inputs) > 1 else inputs[0]
+
+
+class Lambda(Transform):
+    """``lambd(x)`` for every leaf of the sample that is an instance of one of ``types``
+    (default: every leaf; a plain tensor only when it is the sample's image, as for any
+    transform)."""
+
+    pil = "pass"
+
+    def __init__(self, lambd: Callable[[Any], Any], *types: type) -> None:
+        super().__init__()
+        if not callable(lambd):
+            raise TypeError(f"lambd must be callable, got {type(lambd).__name__}")
+        self.lambd, self.types = lambd, types or (object,)
+
+    def forward(self, *inputs):
+        from ember.vision.transforms._transform import transformed_leaves
+
+        sample = inputs if len(inputs) > 1 else inputs[0]
+        leaves, spec = tree_flatten(sample)
+        tensor_taken = transformed_leaves(leaves)
+        out = []
+        for x, taken in zip(leaves, tensor_taken):
+            eligible = taken if F.is_pure_tensor(x) else True
+            out.append(self.lambd(x) if eligible and isinstance(x, self.types) else x)
+        return tree_unflatten(out, spec)
+
+    def extra_repr(self) -> str:
+        return f"{getattr(self.lambd, '__name__', repr(self.lambd))}, " \
+               f"types={[t.__name__ for t in self.types]}"
+
+
+class LinearTransformation(Transform):
+    """Flatten every image (C*H*W values), subtract ``mean_vector`` and multiply by
+    ``transformation_matrix`` (e.g. ZCA whitening); PIL images are refused."""
+
+    pil = "reject"
+
+    def __init__(self, transformation_matrix: torch.Tensor, mean_vector: torch.Tensor) -> None:
+        super().__init__()
+        m, v = transformation_matrix, mean_vector
+        if not isinstance(m, torch.Tensor) or not isinstance(v, torch.Tensor):
+            raise TypeError("transformation_matrix and mean_vector must be tensors")
+        if m.ndim != 2 or m.shape[0] != m.shape[1]:
+            raise ValueError(f"transformation_matrix must be square, got {tuple(m.shape)}")
+        if v.ndim != 1 or v.shape[0] != m.shape[0]:
+            raise ValueError(f"mean_vector must have {m.shape[0]} values (one per row of the "
+                             f"matrix), got shape {tuple(v.shape)}")
+        if m.device != v.device or m.dtype != v.dtype:
+            raise ValueError(f"transformation_matrix and mean_vector must share device and "
+                             f"dtype, got {m.device}/{m.dtype} and {v.device}/{v.dtype}")
+        self.transformation_matrix, self.mean_vector = m, v
+
+    def transform(self, inpt, params):
+        if isinstance(inpt, (tv_tensors.Mask, tv_tensors.BoundingBoxes)):
+            return inpt
+        x = plain(inpt)
+        n = x.shape[-3] * x.shape[-2] * x.shape[-1]
+        if n != self.transformation_matrix.shape[0]:
+            raise ValueError(f"an image of {tuple(x.shape[-3:])} has {n} values, the matrix "
+                             f"takes {self.transformation_matrix.shape[0]}")
+        if x.device.type != self.mean_vector.device.type:
+            raise ValueError(f"the image is on {x.device}, the matrix on "
+                             f"{self.mean_vector.device}")
+        flat = x.reshape(-1, n) - self.mean_vector
+        out = (flat @ self.transformation_matrix.to(flat.dtype)).reshape(x.shape)
+        return tv_tensors.wrap(out, like=inpt) if isinstance(inpt, tv_tensors.TVTensor) else out
+
+
+class UniformTemporalSubsample(Transform):
+    """``num_samples`` evenly spaced frames of every video (dim -4)."""
+
+    def __init__(self, num_samples: int) -> None:
+        super().__init__()
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+            raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+        self.num_samples = num_samples
+
+    def transform(self, inpt, params):
+        if isinstance(inpt, tv_tensors.TVTensor) and not isinstance(inpt, tv_tensors.Video):
+            return inpt
+        return F.uniform_temporal_subsample(inpt, self.num_samples)
+
+
+class ConvertImageDtype(Transform):
+    """Deprecated in torchvision: ``ToDtype(dtype, scale=True)`` for images and videos."""
+
+    chunkable = True
+    pil = "pass"
+
+    def __init__(self, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
+        self.dtype = dtype
+
+    def transform(self, inpt, params):
+        if isinstance(inpt, (tv_tensors.Mask, tv_tensors.BoundingBoxes)):
+            return inpt
+        return F.convert_image_dtype(inpt, self.dtype)

@@ -94,3 +94,22 @@ class ToPureTensor(_Conversion):
 
     def transform(self, inpt, params):
         return tv_tensors.unwrap(inpt)
+
+
+class ToTensor(_Conversion):
+    """Deprecated in torchvision (use ``ToImage()`` then ``ToDtype(torch.float32,
+    scale=True)``): PIL images and numpy arrays become [C, H, W] tensors, uint8 scaled
+    to float32 in [0, 1] (see ``functional.to_tensor``)."""
+
+    def __init__(self) -> None:
+        import warnings
+
+        warnings.warn("ToTensor() is deprecated (as in torchvision): use ToImage() followed by "
+                      "ToDtype(torch.float32, scale=True)", DeprecationWarning, stacklevel=2)
+        super().__init__()
+
+    def wanted(self, x):
+        return isinstance(x, (PIL.Image.Image, np.ndarray))
+
+    def transform(self, inpt, params):
+        return F.to_tensor(inpt)
