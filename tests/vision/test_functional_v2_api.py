@@ -22,7 +22,12 @@ def _img(shape=(2, 3, 11, 13), dtype=torch.uint8, seed=0):
 def test_aliases_are_the_same_functions():
     assert F.hflip is F.horizontal_flip and F.vflip is F.vertical_flip
     assert F.to_grayscale is F.rgb_to_grayscale and F.elastic_transform is F.elastic
-    assert F.get_image_size is F.get_size and F.get_image_num_channels is F.get_num_channels
+    assert F.get_image_num_channels is F.get_num_channels
+    # torchvision's deprecated get_image_size is [W, H] (with a warning); get_size is [H, W]
+    with pytest.warns(UserWarning):
+        assert F.get_image_size(torch.zeros(3, 5, 7)) == [7, 5]
+    with pytest.warns(UserWarning):
+        assert F.get_image_size(PIL.Image.new("RGB", (7, 5))) == [7, 5]
 
 
 def test_size_queries():

@@ -93,7 +93,16 @@ __all__ = [
 hflip = horizontal_flip
 vflip = vertical_flip
 to_grayscale = rgb_to_grayscale
-get_image_size = get_size
+
+
+def get_image_size(inpt) -> list[int]:
+    """Deprecated in torchvision: ``[width, height]`` (note the order; ``get_size`` gives
+    ``[height, width]``)."""
+    import warnings
+
+    warnings.warn("get_image_size() is deprecated (as in torchvision): use get_size(), which "
+                  "returns [height, width] instead of [width, height]", UserWarning, stacklevel=2)
+    return get_size(inpt)[::-1]
 
 # the functionals torchvision gives a PIL kernel: PIL in, PIL out (through the tensor kernel)
 for _f in (adjust_brightness, adjust_contrast, adjust_gamma, adjust_hue, adjust_saturation,
