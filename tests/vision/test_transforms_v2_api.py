@@ -173,3 +173,16 @@ def test_linear_transformation_temporal_and_deprecated():
         t = T.ToTensor()
     assert t(PIL.Image.new("L", (3, 2), 255)).equal(torch.ones(1, 2, 3))
     torch.testing.assert_close(T.ConvertImageDtype()(IMG), IMG.float() / 255)
+
+
+def test_convert_image_dtype_casts_masks_and_boxes_without_scaling():
+    # torchvision 0.29.1 routes masks and boxes through to_dtype's plain cast: a uint8 mask of
+    # 0/1 becomes float32 0./1. (not scaled by 1/255); found by tests/peers
+    mask = tv.Mask(torch.tensor([[[0, 1], [1, 0]]], dtype=torch.uint8))
+    boxes = tv.BoundingBoxes(torch.tensor([[1, 2, 5, 7]]), format="XYXY", canvas_size=(9, 9))
+    out = T.ConvertImageDtype(torch.float32)({"image": IMG, "mask": mask, "boxes": boxes})
+    assert type(out["mask"]) is tv.Mask and out["mask"].dtype == torch.float32
+    assert out["mask"].as_subclass(torch.Tensor).equal(torch.tensor([[[0., 1.], [1., 0.]]]))
+    assert type(out["boxes"]) is tv.BoundingBoxes and out["boxes"].format.name == "XYXY"
+    assert out["boxes"].as_subclass(torch.Tensor).equal(torch.tensor([[1., 2., 5., 7.]]))
+    torch.testing.assert_close(out["image"].as_subclass(torch.Tensor), IMG.float() / 255)

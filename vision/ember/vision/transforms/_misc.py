@@ -344,5 +344,6 @@ class ConvertImageDtype(Transform):
 
     def transform(self, inpt, params):
         if isinstance(inpt, (tv_tensors.Mask, tv_tensors.BoundingBoxes)):
-            return inpt
+            # as torchvision (its to_dtype kernel for these): a plain cast, no scaling
+            return tv_tensors.wrap(plain(inpt).to(self.dtype), like=inpt)
         return F.convert_image_dtype(inpt, self.dtype)
