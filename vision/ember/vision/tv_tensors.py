@@ -62,6 +62,19 @@ class TVTensor(torch.Tensor):
                            self._meta()))
 
 
+def _from_pil(data: Any) -> Any:
+    """A PIL image as its uint8 (or I;16 / I / F) tensor [C, H, W], as torchvision's Image and
+    Mask take it; anything else unchanged."""
+    import sys
+
+    pil = sys.modules.get("PIL.Image")   # no PIL imported: data cannot be a PIL image
+    if pil is not None and isinstance(data, pil.Image):
+        from ember.vision.transforms.functional import pil_to_tensor
+
+        return pil_to_tensor(data)
+    return data
+
+
 def _rebuild(cls, tensor, meta):
     out = tensor.as_subclass(cls)
     for k, v in meta.items():
@@ -70,10 +83,10 @@ def _rebuild(cls, tensor, meta):
 
 
 class Image(TVTensor):
-    """An image tensor ``[..., C, H, W]``."""
+    """An image tensor ``[..., C, H, W]`` (a PIL image is converted, as torchvision does)."""
 
     def __new__(cls, data: Any, *, dtype=None, device=None, requires_grad=None) -> Image:
-        t = cls._to_tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+        t = cls._to_tensor(_from_pil(data), dtype=dtype, device=device, requires_grad=requires_grad)
         if t.ndim < 2:
             raise ValueError(f"Image data must have at least 2 dimensions, "
                              f"got shape {tuple(t.shape)}")
@@ -94,10 +107,11 @@ class Video(TVTensor):
 
 
 class Mask(TVTensor):
-    """A segmentation or instance mask ``[..., H, W]``."""
+    """A segmentation or instance mask ``[..., H, W]`` (a PIL image becomes ``[C, H, W]``, as
+    torchvision converts it)."""
 
     def __new__(cls, data: Any, *, dtype=None, device=None, requires_grad=None) -> Mask:
-        t = cls._to_tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+        t = cls._to_tensor(_from_pil(data), dtype=dtype, device=device, requires_grad=requires_grad)
         if t.ndim < 2:
             raise ValueError(f"Mask data must have at least 2 dimensions, "
                              f"got shape {tuple(t.shape)}")
