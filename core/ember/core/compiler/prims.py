@@ -164,13 +164,6 @@ static inline double e_exp(double x) { return std::exp(x); }
 #if defined(__AVX2__) && defined(__FMA__) && defined(__GNUC__) && !defined(__clang__)
 typedef float e_v8 __attribute__((vector_size(32)));
 typedef float e_v4 __attribute__((vector_size(16)));
-#define E_M16 (unsigned short)-1
-#define E_M8 (unsigned char)-1
-static inline e_v16 e_vround(e_v16 v) { return __builtin_ia32_rndscaleps_mask(v, 8, v, E_M16, 4); }
-static inline e_v8 e_vround(e_v8 v) { return __builtin_ia32_rndscaleps_256_mask(v, 8, v, E_M8); }
-static inline e_v4 e_vround(e_v4 v) { return __builtin_ia32_rndscaleps_128_mask(v, 8, v, E_M8); }
-static inline e_v16 e_vscalef(e_v16 p, e_v16 k) {
-  return __builtin_ia32_scalefps512_mask(p, k, p, E_M16, 4);
 typedef int e_i8 __attribute__((vector_size(32)));
 typedef int e_i4 __attribute__((vector_size(16)));
 static inline e_v8 e_vfma(e_v8 a, e_v8 b, e_v8 c) { return __builtin_ia32_vfmaddps256(a, b, c); }
@@ -182,6 +175,13 @@ static inline e_v8 e_vmin(e_v8 a, e_v8 b) { return __builtin_ia32_minps256(a, b)
 static inline e_v4 e_vmin(e_v4 a, e_v4 b) { return __builtin_ia32_minps(a, b); }
 #if defined(__AVX512F__) && defined(__AVX512VL__)
 typedef float e_v16 __attribute__((vector_size(64)));
+#define E_M16 (unsigned short)-1
+#define E_M8 (unsigned char)-1
+static inline e_v16 e_vround(e_v16 v) { return __builtin_ia32_rndscaleps_mask(v, 8, v, E_M16, 4); }
+static inline e_v8 e_vround(e_v8 v) { return __builtin_ia32_rndscaleps_256_mask(v, 8, v, E_M8); }
+static inline e_v4 e_vround(e_v4 v) { return __builtin_ia32_rndscaleps_128_mask(v, 8, v, E_M8); }
+static inline e_v16 e_vscalef(e_v16 p, e_v16 k) {
+  return __builtin_ia32_scalefps512_mask(p, k, p, E_M16, 4);
 }
 static inline e_v8 e_vscalef(e_v8 p, e_v8 k) {
   return __builtin_ia32_scalefps256_mask(p, k, p, E_M8);
@@ -223,16 +223,16 @@ template <typename V> static inline V e_vexp(V x) {
 }
 extern "C" {
 __attribute__((simd("notinbranch"), visibility("hidden"))) float e_expf(float);
+#if defined(__AVX512F__) && defined(__AVX512VL__)
 __attribute__((visibility("hidden"))) e_v16 _ZGVeN16v_e_expf(e_v16 x) { return e_vexp(x); }
+#endif
 __attribute__((visibility("hidden"))) e_v8 _ZGVdN8v_e_expf(e_v8 x) { return e_vexp(x); }
 __attribute__((visibility("hidden"))) e_v8 _ZGVcN8v_e_expf(e_v8 x) { return e_vexp(x); }
 __attribute__((visibility("hidden"))) e_v4 _ZGVbN4v_e_expf(e_v4 x) { return e_vexp(x); }
 __attribute__((visibility("hidden"))) float e_expf_scalar(float x) { return std::exp(x); }
 }
 // the scalar e_expf is glibc's: defining it in C++ would make g++ clone it for SIMD itself
-#if defined(__AVX512F__) && defined(__AVX512VL__)
 asm(".globl e_expf\n.hidden e_expf\n.set e_expf, e_expf_scalar");
-#endif
 static inline float e_exp(float x) { return e_expf(x); }
 #else
 static inline float e_exp(float x) { return std::exp(x); }
