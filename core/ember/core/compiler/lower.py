@@ -961,24 +961,6 @@ def _static_below(v, bound: int) -> bool:
     return bool(v.is_Integer) and int(v) < bound
 
 
-def _dims_arg(dims):
-    if dims is None:
-        return None
-    return [dims] if isinstance(dims, int) else list(dims)
-
-
-@register(aten.sum, prims.sum)
-def _sum(ctx, x, dims=None, keepdim=False, *, dtype=None, output_dtype=None):
-    out = ctx.dtype
-    acc = torch.int64 if not out.is_floating_point and out != torch.bool else compute_dtype(out)
-    return reduce(ctx, x, _dims_arg(dims), keepdim, "sum", out, acc)
-
-
-@register(aten.prod, prims.prod)
-def _prod(ctx, x, dims=None, keepdim=False, *, dtype=None, output_dtype=None):
-    out = ctx.dtype  # integers and bool multiply in int64, like eager
-    acc = torch.int64 if not out.is_floating_point and out != torch.bool else compute_dtype(out)
-    return reduce(ctx, x, _dims_arg(dims), keepdim, "prod", out, acc)
 # ---------------------------------------------------------------- gathers
 
 def _position(ctx: Ctx, t, size, at, bsize, wrap: bool):
@@ -1064,6 +1046,24 @@ def _embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, s
     return _gather_index(ctx, weight, [indices], wrap=False, check=True, what="embedding")
 
 
+def _dims_arg(dims):
+    if dims is None:
+        return None
+    return [dims] if isinstance(dims, int) else list(dims)
+
+
+@register(aten.sum, prims.sum)
+def _sum(ctx, x, dims=None, keepdim=False, *, dtype=None, output_dtype=None):
+    out = ctx.dtype
+    acc = torch.int64 if not out.is_floating_point and out != torch.bool else compute_dtype(out)
+    return reduce(ctx, x, _dims_arg(dims), keepdim, "sum", out, acc)
+
+
+@register(aten.prod, prims.prod)
+def _prod(ctx, x, dims=None, keepdim=False, *, dtype=None, output_dtype=None):
+    out = ctx.dtype  # integers and bool multiply in int64, like eager
+    acc = torch.int64 if not out.is_floating_point and out != torch.bool else compute_dtype(out)
+    return reduce(ctx, x, _dims_arg(dims), keepdim, "prod", out, acc)
 
 
 @register(aten.mean)
