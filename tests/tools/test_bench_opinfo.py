@@ -1,8 +1,7 @@
 import pytest
 
-from ember.core.compiler import opinfo as core_opinfo
 from ember.tools import cli
-from ember.tools.bench import opinfo
+from ember.tools.bench import opinfo, opinfo_runner
 
 
 def test_counts_per_variant_and_backend_for_a_couple_of_ops():
@@ -22,8 +21,8 @@ def test_counts_per_variant_and_backend_for_a_couple_of_ops():
 def test_wrong_results_and_errors_are_counted_and_named(monkeypatch):
     def fake(op, variant, backend, *, max_samples=None, options=None):
         status = {"abs": "wrong", "add": "error"}.get(op.name, "pass")
-        return core_opinfo.OpResult(core_opinfo.op_name(op), variant, status, "why")
-    monkeypatch.setattr(core_opinfo, "check_op", fake)
+        return opinfo_runner.OpResult(opinfo_runner.op_name(op), variant, status, "why")
+    monkeypatch.setattr(opinfo_runner, "check_op", fake)
     result = opinfo.run(backends="ember,inductor", ops="abs,add,sin")
     for row in result.rows:
         r = dict(zip(result.columns, row))

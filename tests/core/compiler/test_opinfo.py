@@ -1,5 +1,5 @@
 """PyTorch's OpInfo catalogue (``op_db``, CPU samples) through ``torch.compile(backend=ember)``
-in its default (non-strict) mode, compared with eager (``ember.core.compiler.opinfo``).
+in its default (non-strict) mode, compared with eager (``ember.tools.bench.opinfo_runner``).
 
 Fast: every op's first float32 sample, 24 ops to one compiled function. Slow: every sample,
 one compiled function per op, in four variants (float32, float32 forward + backward,
@@ -9,7 +9,7 @@ never one of them.
 
 import pytest
 
-from ember.core.compiler import opinfo
+from ember.tools.bench import opinfo_runner as opinfo
 
 from .opinfo_expected import EXPECTED_FAILURES
 

@@ -2,7 +2,7 @@
 
 Per variant (float32, float32_grad, bfloat16, int64) and backend: how many ops pass, give a
 wrong result, raise, or do not apply (skip), each op's CPU samples compiled together
-(``ember.core.compiler.opinfo.check_op``; ember runs in its default, non-strict mode).
+(``ember.tools.bench.opinfo_runner.check_op``; ember runs in its default, non-strict mode).
 
 Defaults: backends ``ember,inductor``, variant ``float32``, every op of ``op_db``, the first
 8 samples of each (Inductor compiles slowly; ``--max-samples 0`` takes them all).
@@ -30,7 +30,7 @@ def _split(v: str | None, default: list[str]) -> list[str]:
 
 def run(quick: bool = False, backends: str | None = None, variants: str | None = None,
         ops: str | None = None, max_samples: int | None = None) -> BenchResult:
-    from ember.core.compiler import opinfo
+    from ember.tools.bench import opinfo_runner as opinfo
 
     backends_ = _split(backends or os.environ.get("EMBER_BENCH_BACKENDS"),
                        ["ember"] if quick else ["ember", "inductor"])
