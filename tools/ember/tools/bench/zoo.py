@@ -340,6 +340,25 @@ def headline(amp_speedups: list[float], float32_speedups: list[float]) -> float:
     return 0.75 * _geomean(amp_speedups) + 0.25 * _geomean(float32_speedups)
 
 
+def backend_cells(res: dict, backends, eager_t, label: str, errors: list,
+                  passed) -> tuple[list, dict]:
+    """One case's row cells per backend (ok, speed-up, compile s); records errors and passes
+    and returns the cells with each passing backend's time."""
+    cells, times = [], {}
+    for b in backends:
+        r = res[b]
+        if r["error"]:
+            errors.append(f"{label} {b}: {r['error']}")
+        ok = r["ok"] and "time" in r and eager_t is not None
+        sp = eager_t / r["time"] if ok else None
+        if ok:
+            passed[b] += 1
+            times[b] = r["time"]
+        cells += ["yes" if ok else ("error" if r["error"] else "NO"),
+                  sp if sp is not None else "-", r["compile_s"]]
+    return cells, times
+
+
 def _run_cases(names, quick, device, rounds, rows, errors, speedups, passed) -> int:
     """Every model x mode x precision: appends rows/errors/speed-ups, returns the case count."""
     total = 0
@@ -352,17 +371,11 @@ def _run_cases(names, quick, device, rounds, rows, errors, speedups, passed) -> 
                 total += 1
                 eager_t = res["eager"].get("time")
                 row = [name, mode, precision, eager_t * 1e3 if eager_t else "error"]
-                for b in BACKENDS:
-                    r = res[b]
-                    if r["error"]:
-                        errors.append(f"{name} {mode} {precision} {b}: {r['error']}")
-                    ok = r["ok"] and "time" in r and eager_t is not None
-                    sp = eager_t / r["time"] if ok else None
-                    if ok:
-                        passed[b] += 1
-                        speedups[(b, precision)].append(sp)
-                    row += ["yes" if ok else ("error" if r["error"] else "NO"),
-                            sp if sp is not None else "-", r["compile_s"]]
+                cells, times = backend_cells(res, BACKENDS, eager_t, f"{name} {mode} {precision}",
+                                             errors, passed)
+                for b, t in times.items():
+                    speedups[(b, precision)].append(eager_t / t)
+                row += cells
                 row.append(res["ember"]["fallbacks"])
                 rows.append(row)
     return total

@@ -308,19 +308,11 @@ def run(quick: bool = False, models: str | None = None) -> BenchResult:
                 eager_t = res["eager"].get("time")
                 row = [name, MODELS[name].family, mode, precision,
                        eager_t * 1e3 if eager_t else "error"]
-                times = {}
-                for b in backends:
-                    r = res[b]
-                    if r["error"]:
-                        errors.append(f"{name} {mode} {precision} {b}: {r['error']}")
-                    ok = r["ok"] and "time" in r and eager_t is not None
-                    sp = eager_t / r["time"] if ok else None
-                    if ok:
-                        passed[b] += 1
-                        times[b] = r["time"]
-                        speedups.setdefault((b, mode, precision), []).append(sp)
-                    row += ["yes" if ok else ("error" if r["error"] else "NO"),
-                            sp if sp is not None else "-", r["compile_s"]]
+                cells, times = zoo.backend_cells(res, backends, eager_t,
+                                                 f"{name} {mode} {precision}", errors, passed)
+                for b, t in times.items():
+                    speedups.setdefault((b, mode, precision), []).append(eager_t / t)
+                row += cells
                 if "ember vs inductor speedup" in columns:
                     row.append(times["inductor"] / times["ember"] if len(times) == 2 else "-")
                 ember = res.get("ember", {})
