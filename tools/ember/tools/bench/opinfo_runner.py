@@ -328,32 +328,27 @@ def check_op(op, variant: str, backend: str = "ember", *, max_samples: int | Non
         if not usable:
             return OpResult(name, variant, "skip", "no sample eager accepts")
         counter = [0]
-        try:
-            _one(op, usable, variant, backend, options, counter)
-            return OpResult(name, variant, "pass", samples=len(usable), graphs=counter[0])
-        except Exception:  # pinpoint the failing sample
-            pass
-        for i, s in enumerate(usable):
+
+        def attempt(batch: list, where: str) -> OpResult:
             try:
-                _one(op, [s], variant, backend, options, counter)
+                _one(op, batch, variant, backend, options, counter)
+                return OpResult(name, variant, "pass", samples=len(usable), graphs=counter[0])
             except AssertionError as e:
-                return OpResult(name, variant, "wrong", f"sample {i}: {_short(e)}",
-                                len(usable), counter[0])
+                return OpResult(name, variant, "wrong", f"{where}: {_short(e)}", len(usable),
+                                counter[0])
             except Exception as e:
                 return OpResult(name, variant, "error",
-                                f"sample {i}: {type(e).__name__}: {_short(e)}",
-                                len(usable), counter[0])
-        # every sample passes on its own, only the combined graph fails
-        try:
-            _one(op, usable, variant, backend, options, counter)
-            return OpResult(name, variant, "pass", samples=len(usable), graphs=counter[0])
-        except AssertionError as e:
-            return OpResult(name, variant, "wrong", f"all samples together: {_short(e)}",
-                            len(usable), counter[0])
-        except Exception as e:
-            return OpResult(name, variant, "error",
-                            f"all samples together: {type(e).__name__}: {_short(e)}",
-                            len(usable), counter[0])
+                                f"{where}: {type(e).__name__}: {_short(e)}", len(usable),
+                                counter[0])
+
+        together = attempt(usable, "all samples together")
+        if together.status == "pass":
+            return together
+        for i, s in enumerate(usable):  # pinpoint the failing sample
+            alone = attempt([s], f"sample {i}")
+            if alone.status != "pass":
+                return alone
+        return together  # every sample passes on its own, only the combined graph fails
 
 
 def _short(e: BaseException, n: int = 300) -> str:
