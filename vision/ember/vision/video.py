@@ -365,12 +365,15 @@ class VideoReader:
         cond = threading.Condition()
 
         def read_err():
-            for line in iter(proc.stderr.readline, b""):
-                m = _PTS.search(line.decode(errors="replace"))
-                if m:
-                    with cond:
-                        pts.append(float(m[3]))
-                        cond.notify_all()
+            try:
+                for line in iter(proc.stderr.readline, b""):
+                    m = _PTS.search(line.decode(errors="replace"))
+                    if m:
+                        with cond:
+                            pts.append(float(m[3]))
+                            cond.notify_all()
+            except (ValueError, OSError):
+                pass  # the reader was closed (a seek or close ends this process's pipes)
             with cond:
                 pts.append(float("nan"))  # end marker
                 cond.notify_all()
