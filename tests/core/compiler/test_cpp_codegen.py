@@ -192,3 +192,15 @@ def test_gathers_fuse_into_their_readers_without_aten_calls(ecompile, output_cod
     assert sizes.count("(3, 7, 32, ") == 1, sizes
     # the image: the output and one blend of two gathers (two readers: stored, not recomputed)
     assert sizes.count("(1, 4, 32, 32, ") == 2, sizes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_small_integer_powers_multiply_like_eager(ecompile, output_code, dtype):
+    """x ** 3 (gelu_new), ** 2, ** -1, ** -2 are eager's multiplications, to the bit, with
+    no call of the vector pow."""
+    x = torch.cat([torch.randn(500) * 5, torch.tensor([0.0, -0.0, 1e-20, 1e20, float("inf"),
+                                                       float("nan")])]).to(dtype)
+    fn = lambda x: (x ** 3, x ** 2, x ** -1, x ** -2)
+    for out, ref in zip(ecompile(fn)(x), fn(x)):
+        assert torch.equal(out.nan_to_num(7.0), ref.nan_to_num(7.0))
+    assert "std::pow" not in "\n".join(output_code)
