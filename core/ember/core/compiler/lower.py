@@ -1055,6 +1055,50 @@ def _embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, s
     return _gather_index(ctx, weight, [indices], wrap=False, check=True, what="embedding")
 
 
+CAT_MAX_INPUTS = 8  # a select per input in every element: beyond this ATen's copy is cheaper
+
+
+@register(aten.cat)
+def _cat(ctx, tensors, dim=0):
+    """cat as a pointwise value: each element gathers from the input its position along
+    ``dim`` falls in (the offset clamped into every input, so no branch reads outside its
+    buffer), fused into the reader (rotary embeddings' cat(-x2, x1) * sin + ...)."""
+    size = ctx.size
+    n = len(size)
+    parts = [t for t in tensors if not (isinstance(t, TensorValue) and len(t.size) == 1 and
+                                        len(size) > 1 and ir.same(t.size[0], sympy.Integer(0)))]
+    if not 2 <= len(parts) <= CAT_MAX_INPUTS or n == 0 or \
+            any(not isinstance(t, TensorValue) or len(t.size) != n for t in parts):
+        raise Decline
+    dim = _norm_dim(dim, n)
+    srcs = [ctx.graph.realize(t) for t in parts]
+    ends, end = [], sympy.Integer(0)
+    for t in srcs:
+        end = end + t.size[dim]
+        ends.append(end)
+    cdt = compute_dtype(ctx.dtype)
+    zero = const(0, torch.int64)
+
+    def fn(i):
+        pos = ("index", torch.int64, i[dim])
+        at = list(i)
+        at[dim] = ir.gather_slot(0)
+        value = None
+        for k in reversed(range(len(srcs))):
+            start = ends[k] - srcs[k].size[dim]
+            local = op("sub", torch.int64, pos, _scalar_expr(start, torch.int64))
+            top = _scalar_expr(srcs[k].size[dim] - 1, torch.int64)
+            local = op("minimum", torch.int64, op("maximum", torch.int64, local, zero), top)
+            v = cast(ir.gather(srcs[k].dtype, srcs[k].buf.name, srcs[k].flat_index(at),
+                               [local]), cdt)
+            value = v if value is None else op(
+                "where", cdt, op("lt", torch.bool, pos, _scalar_expr(ends[k], torch.int64)), v,
+                value)
+        return cast(value, ctx.dtype)
+
+    return Lazy(ctx.dtype, size, fn)
+
+
 def _dims_arg(dims):
     if dims is None:
         return None
