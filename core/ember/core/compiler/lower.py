@@ -953,16 +953,21 @@ def _scatter(ctx, x, dim, index, src=None, *, value=None, reduce=None):
     return Lazy(ctx.dtype, list(x.size), fn)
 
 
-def _check_index(ctx: Ctx, index, size, what: str) -> None:
-    """Flag (for the wrapper's IndexError) any element of ``index`` outside [0, size)."""
+def _check_index(ctx: Ctx, index, size, what: str, wrap: bool = False) -> None:
+    """Flag (for the wrapper's IndexError) an element of ``index`` outside [0, size), or
+    outside [-size, size) with ``wrap`` (negative indices count from the end)."""
+    lo = op("neg", torch.int64, _scalar_expr(size, torch.int64)) if wrap else \
+        const(0, torch.int64)
+
     def outside(i):
         v = cast(index.load(i), torch.int64)
-        return op("logical_or", torch.bool, op("lt", torch.bool, v, const(0, torch.int64)),
+        return op("logical_or", torch.bool, op("lt", torch.bool, v, lo),
                   op("ge", torch.bool, v, _scalar_expr(size, torch.int64)))
 
     flag = reduce(ctx, Lazy(torch.bool, list(index.size), outside), None, False, "any",
                   torch.bool, torch.bool)
-    ctx.graph.checks.append((flag, f"{what} is outside [0, {size})"))
+    low = f"-{size}" if wrap else "0"
+    ctx.graph.checks.append((flag, f"{what} is outside [{low}, {size})"))
 
 
 def _static_below(v, bound: int) -> bool:
@@ -975,32 +980,19 @@ def _static_below(v, bound: int) -> bool:
 def _position(ctx: Ctx, t, size, at, bsize, wrap: bool):
     """The int64 position read from index tensor ``t`` (broadcast to ``bsize``) at ``at``,
     negative values wrapped when ``wrap``, then clamped into [0, size) so no load leaves the
-    buffer: an index that was outside raises IndexError after the kernels (``_check_range``)."""
+    buffer: an index that was outside raises IndexError after the kernels (``_check_index``)."""
     v = bload(t, bsize, at, torch.int64)
     n = _scalar_expr(size, torch.int64)
     zero = const(0, torch.int64)
     if wrap:
         v = op("where", torch.int64, op("lt", torch.bool, v, zero), op("add", torch.int64, v, n),
                v)
-    top = op("sub", torch.int64, n, const(1, torch.int64))
-    return op("minimum", torch.int64, op("maximum", torch.int64, v, zero), top)
+    return _clamp_position(v, op("sub", torch.int64, n, const(1, torch.int64)))
 
 
-def _check_range(ctx: Ctx, t, size, wrap: bool, what: str) -> None:
-    """Flag (for the wrapper's IndexError) an element of ``t`` outside [-size, size) with
-    ``wrap``, else outside [0, size)."""
-    lo = op("neg", torch.int64, _scalar_expr(size, torch.int64)) if wrap else \
-        const(0, torch.int64)
-
-    def outside(i):
-        v = cast(t.load(i), torch.int64)
-        return op("logical_or", torch.bool, op("lt", torch.bool, v, lo),
-                  op("ge", torch.bool, v, _scalar_expr(size, torch.int64)))
-
-    flag = reduce(ctx, Lazy(torch.bool, list(t.size), outside), None, False, "any",
-                  torch.bool, torch.bool)
-    low = f"-{size}" if wrap else "0"
-    ctx.graph.checks.append((flag, f"{what} is outside [{low}, {size})"))
+def _clamp_position(v, top):
+    """An int64 position clamped into [0, top]: the load it feeds stays inside its buffer."""
+    return op("minimum", torch.int64, op("maximum", torch.int64, v, const(0, torch.int64)), top)
 
 
 def _gather_index(ctx: Ctx, x, indices: list, *, wrap: bool, check: bool, what: str):
@@ -1023,7 +1015,7 @@ def _gather_index(ctx: Ctx, x, indices: list, *, wrap: bool, check: bool, what: 
     slots = {d: ir.gather_slot(k) for k, d in enumerate(dims)}
     for d in dims:
         if check:
-            _check_range(ctx, idx[d], x.size[d], wrap, f"{what}: an index along dim {d}")
+            _check_index(ctx, idx[d], x.size[d], f"{what}: an index along dim {d}", wrap)
 
     def fn(i):
         b = i[first:first + nb]
@@ -1077,7 +1069,6 @@ def _cat(ctx, tensors, dim=0):
         end = end + t.size[dim]
         ends.append(end)
     cdt = compute_dtype(ctx.dtype)
-    zero = const(0, torch.int64)
 
     def fn(i):
         pos = ("index", torch.int64, i[dim])
@@ -1087,8 +1078,7 @@ def _cat(ctx, tensors, dim=0):
         for k in reversed(range(len(srcs))):
             start = ends[k] - srcs[k].size[dim]
             local = op("sub", torch.int64, pos, _scalar_expr(start, torch.int64))
-            top = _scalar_expr(srcs[k].size[dim] - 1, torch.int64)
-            local = op("minimum", torch.int64, op("maximum", torch.int64, local, zero), top)
+            local = _clamp_position(local, _scalar_expr(srcs[k].size[dim] - 1, torch.int64))
             v = cast(ir.gather(srcs[k].dtype, srcs[k].buf.name, srcs[k].flat_index(at),
                                [local]), cdt)
             value = v if value is None else op(
