@@ -77,6 +77,12 @@ def gather_slot(k: int) -> sympy.Symbol:
     return sympy.Symbol(f"gather_slot{k}", integer=True)
 
 
+def size_symbols(index) -> set:
+    """The symbols of a load's or gather's index other than gather slots: loop variables and
+    sizes, which a kernel binds."""
+    return {f for f in sympy.sympify(index).free_symbols if not f.name.startswith("gather_slot")}
+
+
 def gather(dtype: torch.dtype, buf: str, index, positions: Sequence[Expr]) -> Expr:
     return ("gather", compute_dtype(dtype), buf, index, *positions)
 

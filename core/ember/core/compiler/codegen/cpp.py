@@ -336,7 +336,7 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
             for x in ir.walk(it.expr):
                 if x[0] in ("load", "gather"):
                     read.add(x[2])
-                    free |= {f for f in x[3].free_symbols if not f.name.startswith("gather_slot")}
+                    free |= ir.size_symbols(x[3])
                 elif x[0] == "index":
                     free |= x[2].free_symbols
             if it.index is not None:

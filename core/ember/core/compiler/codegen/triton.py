@@ -476,8 +476,7 @@ def _signature(k: Kernel):
             for x in ir.walk(it.expr):
                 if x[0] in ("load", "gather"):
                     read.add(x[2])
-                    free |= {f for f in sympy.sympify(x[3]).free_symbols
-                             if not f.name.startswith("gather_slot")}
+                    free |= ir.size_symbols(x[3])
                 elif x[0] == "index":
                     free |= sympy.sympify(x[2]).free_symbols
             if it.index is not None:
