@@ -8,15 +8,17 @@ peers (audio, attention) are marked slow.
 import math
 
 import pytest
+import torch
 
 from ember.tools.bench import BENCHMARKS, run
 
 FAST = {"io", "arrow", "data", "transforms", "opinfo"}
 SLOW = {"audio", "attention", "compile", "zoo"}
+CUDA = {"attention-gpu"}  # rows only where a CUDA device is present
 
 
 def test_every_registered_benchmark_has_a_quick_test():
-    assert set(BENCHMARKS) == FAST | SLOW, "add new benchmarks to FAST or SLOW here"
+    assert set(BENCHMARKS) == FAST | SLOW | CUDA, "add new benchmarks to FAST, SLOW or CUDA here"
 
 
 def _check(name: str) -> None:
@@ -42,3 +44,17 @@ def test_quick_run(name):
 @pytest.mark.parametrize("name", sorted(SLOW))
 def test_quick_run_slow(name):
     _check(name)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", sorted(CUDA))
+def test_quick_run_cuda(name):
+    _check(name)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the run without a CUDA device")
+@pytest.mark.parametrize("name", sorted(CUDA))
+def test_cuda_benchmark_without_a_device_says_so(name):
+    result = run(name, quick=True)
+    assert not result.rows and any("no CUDA device" in n for n in result.notes)

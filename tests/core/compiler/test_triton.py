@@ -145,24 +145,87 @@ def test_v1_case_in_triton(fn, params, tcompile, matches):
     assert triton_codegen.stats["graphs"] > before  # the graphs went through Triton codegen
 
 
+ON_CUDA = not INTERPRETED and torch.cuda.is_available()
+on_cuda = [pytest.mark.cuda, pytest.mark.skipif(not ON_CUDA, reason="needs a CUDA device "
+                                                "(the interpreter runs the CPU variant)")]
+# Triton-only paths run in the interpreter on CPU tensors and, where there is one, on the GPU.
+interpreted_or_cuda = pytest.mark.skipif(not (INTERPRETED or ON_CUDA),
+                                         reason="runs in the interpreter subprocess or on CUDA")
+DEVICE = "cuda" if ON_CUDA else "cpu"
+
+
+# v1 cases that also index out of range in eager on purpose: eager's CUDA indexing answers with a
+# device-side assert, which ends the process's CUDA context (our own check: the test below).
+BAD_INDEX_CASES = {
+    "ops::test_single_index_gather_matches_eager_and_checks_its_index",
+    "ops::test_single_index_scatter_matches_eager_and_checks_its_index",
+    "ops::test_cross_entropy_through_the_fused_gather_keeps_ignore_index",
+    "ops::test_gather_index_out_of_range_raises_index_error",
+    "ops::test_every_index_check_of_a_graph_is_kept",
+}
+
+
+def _cuda_param(case):
+    param = _param(case)
+    if case[0].split("[")[0] in BAD_INDEX_CASES:
+        return pytest.param(*param.values, id=param.id, marks=[*param.marks, pytest.mark.skip(
+            reason="indexes out of range on purpose: a device-side assert on CUDA")])
+    return param
+
+
+@pytest.mark.parametrize("fn, params", [_cuda_param(c) for c in CASES])
+@on_cuda[0]
+@on_cuda[1]
+def test_v1_case_on_cuda(fn, params, tcompile, matches):
+    """The same v1 cases on a GPU: every tensor and module is made on the CUDA device."""
+    from ember.core.compiler.codegen import triton as triton_codegen
+
+    torch.manual_seed(0)
+    before = triton_codegen.stats["graphs"]
+    fixtures = {"ecompile": tcompile, "matches": matches}
+    wanted = inspect.signature(fn).parameters
+    with torch.device("cuda"):
+        fn(**{k: v for k, v in {**fixtures, **params}.items() if k in wanted})
+    assert triton_codegen.stats["graphs"] > before
+
+
+@on_cuda[0]
+@on_cuda[1]
+def test_bad_index_on_cuda_raises_index_error():
+    """An out-of-range gather index raises our IndexError from the wrapper's check (eager's CUDA
+    indexing would end in a device-side assert); run in a child so that a regression to a
+    device-side assert cannot end this process's CUDA context."""
+    code = ("import torch, ember.core\n"
+            "f = ember.core.compile(lambda x, i: x[i] * 2, options={'strict': True})\n"
+            "x = torch.randn(5, 3, device='cuda')\n"
+            "print(f(x, torch.tensor([1, 4], device='cuda')).sum().item(), flush=True)\n"
+            "f(x, torch.tensor([1, 7], device='cuda'))\n"
+            "torch.cuda.synchronize()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode != 0 and done.stdout.strip(), done.stdout + done.stderr[-2000:]
+    assert "IndexError: index: an index along dim 0 is outside [-5, 5)" in done.stderr, \
+        done.stderr[-2000:]
+
+
 # ------------------------------------------------------------ Triton-only paths
 
-@interpreted
+@interpreted_or_cuda
 def test_int64_indexing_variant_matches(tcompile, matches, monkeypatch):
     from ember.core.compiler.codegen import triton as triton_codegen
 
     monkeypatch.setattr(triton_codegen, "INT32_LIMIT", 16)  # every launch takes int64 indices
-    x, w = torch.randn(6, 40), torch.randn(40)
+    x, w = torch.randn(6, 40, device=DEVICE), torch.randn(40, device=DEVICE)
     f = lambda x, w: (x * w + 1, torch.softmax(x, -1), x.sum(0), x.amax())
     matches(tcompile(f)(x, w), f(x, w), atol=1e-5, rtol=1e-5)
 
 
-@interpreted
+@interpreted_or_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32])
 def test_looped_reductions_match_persistent_ones(tcompile, matches, monkeypatch, dtype):
     from ember.core.compiler.codegen import triton as triton_codegen
 
-    x = (torch.randn(5, 37) * 10).to(dtype)
+    x = (torch.randn(5, 37, device=DEVICE) * 10).to(dtype)
     f = lambda x: (x.sum(-1), x.amax(-1), x.amin(0), x.sum(), (x - x.amax(-1, keepdim=True)) * 2)
     if dtype.is_floating_point:
         f = lambda x: (x.sum(-1), x.amax(-1), x.amin(0), torch.softmax(x, -1), x.var(0),
@@ -175,7 +238,7 @@ def test_looped_reductions_match_persistent_ones(tcompile, matches, monkeypatch,
     matches(looped, f(x), atol=tol, rtol=tol)
 
 
-@interpreted
+@interpreted_or_cuda
 @pytest.mark.parametrize("mode", ["default", "max-autotune"])
 def test_transposing_copies_use_2d_tiles(tcompile, matches, monkeypatch, mode):
     from ember.core.compiler.codegen import triton as triton_codegen
@@ -189,7 +252,8 @@ def test_transposing_copies_use_2d_tiles(tcompile, matches, monkeypatch, mode):
 
     monkeypatch.setattr(triton_codegen.Launcher, "_fn", spy)
     f = lambda x, y: (x.transpose(1, 2).contiguous() * 2, y.t() + 1, x + 1)
-    x, y = torch.randn(3, 37, 21), torch.randn(19, 45, dtype=torch.float64)
+    x = torch.randn(3, 37, 21, device=DEVICE)
+    y = torch.randn(19, 45, dtype=torch.float64, device=DEVICE)
     matches(tcompile(f, mode=mode)(x, y), f(x, y))
     assert tiled.count(True) >= 2 and False in tiled  # the plain add is not tiled
 

@@ -22,6 +22,11 @@ from ember.core.nn.attention_dropout import philox_uniform  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 interpreted = pytest.mark.skipif(not INTERPRETED, reason="runs in the interpreter subprocess")
+ON_CUDA = not INTERPRETED and torch.cuda.is_available()
+# kernel tests run on CPU tensors in the interpreter and, where there is one, on the GPU
+interpreted_or_cuda = pytest.mark.skipif(not (INTERPRETED or ON_CUDA),
+                                         reason="runs in the interpreter subprocess or on CUDA")
+DEVICE = "cuda" if ON_CUDA else "cpu"
 
 
 @pytest.mark.skipif(INTERPRETED, reason="this process already interprets Triton")
@@ -42,9 +47,9 @@ def fa():
 
 def _qkv(n, h, hkv, length_q, length_k, e, ev, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(n, h, length_q, e, generator=g).to(dtype),
-            torch.randn(n, hkv, length_k, e, generator=g).to(dtype),
-            torch.randn(n, hkv, length_k, ev, generator=g).to(dtype))
+    return (torch.randn(n, h, length_q, e, generator=g).to(DEVICE, dtype),
+            torch.randn(n, hkv, length_k, e, generator=g).to(DEVICE, dtype),
+            torch.randn(n, hkv, length_k, ev, generator=g).to(DEVICE, dtype))
 
 
 def _reference(q, k, v, mask, causal, scale):
@@ -65,8 +70,24 @@ CASES = [  # n, h, hkv, L, S, E, Ev, dtype, mask, causal
 TOL = {torch.float32: 1e-4, torch.float16: 3e-3, torch.bfloat16: 3e-2}
 
 
-@interpreted
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[7]}-{c[8]}-causal{c[9]}")
+# Shapes past one tile in every direction, at the GPU's block sizes (too slow to interpret).
+GPU_CASES = [
+    (2, 4, 2, 300, 517, 64, 64, torch.float16, None, True),
+    (1, 4, 4, 1000, 1000, 128, 128, torch.bfloat16, None, False),
+    (2, 2, 2, 257, 130, 96, 64, torch.float16, "bool", False),
+    (1, 2, 1, 200, 333, 64, 64, torch.float32, "float", False),
+]
+
+
+def _case_params():
+    cpu = [pytest.param(c, marks=interpreted) for c in CASES]
+    gpu = [pytest.param(c, marks=[pytest.mark.cuda, pytest.mark.skipif(
+        not ON_CUDA, reason="needs a CUDA device")]) for c in CASES + GPU_CASES]
+    return cpu + gpu
+
+
+@pytest.mark.parametrize("case", _case_params(),
+                         ids=lambda c: f"{c[3]}x{c[4]}x{c[5]}-{c[7]}-{c[8]}-causal{c[9]}")
 def test_forward_and_backward_match_reference(case, fa):
     n, h, hkv, length_q, length_k, e, ev, dtype, mask_kind, causal = case
     q, k, v = _qkv(n, h, hkv, length_q, length_k, e, ev, dtype)
@@ -77,6 +98,7 @@ def test_forward_and_backward_match_reference(case, fa):
         mask[..., 2, :] = False  # one fully masked row
     elif mask_kind == "float":
         mask = torch.randn(length_q, length_k, generator=g)
+    mask = None if mask is None else mask.to(DEVICE)
     scale = e ** -0.5
     out, lse = fa.forward(q, k, v, mask, 0.0, causal, scale, None)
     ref, leaves = _reference(q, k, v, None if mask is None else mask.double()
@@ -84,7 +106,7 @@ def test_forward_and_backward_match_reference(case, fa):
     tol = TOL[dtype]
     assert out.dtype == dtype and lse.dtype == torch.float32
     torch.testing.assert_close(out.double(), ref, rtol=tol, atol=tol)
-    grad = torch.randn(ref.shape, generator=g, dtype=torch.float64)
+    grad = torch.randn(ref.shape, generator=g, dtype=torch.float64).to(DEVICE)
     ref.backward(grad)
     dq, dk, dv = fa.backward(grad.to(dtype), q, k, v, out, lse, mask, 0.0,
                                                  causal, scale, None)
@@ -93,7 +115,7 @@ def test_forward_and_backward_match_reference(case, fa):
         torch.testing.assert_close(ours.double(), leaf.grad, rtol=5 * tol, atol=5 * tol)
 
 
-@interpreted
+@interpreted_or_cuda
 def test_head_dim_256_and_fallback_above(fa):
     q, k, v = _qkv(1, 1, 1, 16, 16, 256, 256, torch.float32)
     out, _ = fa.forward(q, k, v, None, 0.0, False, 0.1, None)
@@ -104,7 +126,7 @@ def test_head_dim_256_and_fallback_above(fa):
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, scale=0.1))
 
 
-@interpreted
+@interpreted_or_cuda
 def test_philox_in_torch_ops_equals_tl_rand():
     @triton.jit
     def draw(out_ptr, seed, base, n: tl.constexpr):
@@ -112,30 +134,31 @@ def test_philox_in_torch_ops_equals_tl_rand():
         tl.store(out_ptr + offs, tl.rand(seed, base + offs.to(tl.int64)))
 
     for seed, base in ((0, 0), (123456789, 7), (2**40 + 5, 2**33 + 11)):
-        out = torch.empty(64)
+        out = torch.empty(64, device=DEVICE)
         draw[(1,)](out, seed, base, 64)
         expected = philox_uniform(seed, torch.arange(64, dtype=torch.int64) + base)
-        torch.testing.assert_close(out, expected, rtol=0, atol=0)
+        torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)
 
 
-@interpreted
+@interpreted_or_cuda
 def test_dropout_replays_the_cpu_kernel_forward_and_backward(fa):
     q, k, v = _qkv(1, 2, 1, 18, 21, 16, 16, torch.float32)
     rng = torch.tensor([2024, 77])
     args = (None, 0.3, False, 0.25, rng)
     out, lse = fa.forward(q, k, v, *args)
-    cpu_out, cpu_lse = attention_cpu.forward(q, k, v, *args)
-    torch.testing.assert_close(out, cpu_out, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(lse, cpu_lse, rtol=1e-4, atol=1e-4)
+    qc, kc, vc = (t.cpu() for t in (q, k, v))
+    cpu_out, cpu_lse = attention_cpu.forward(qc, kc, vc, *args)
+    torch.testing.assert_close(out.cpu(), cpu_out, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(lse.cpu(), cpu_lse, rtol=1e-4, atol=1e-4)
     grad = torch.randn_like(out)
     for a, b in zip(fa.backward(grad, q, k, v, out, lse, *args),
-                    attention_cpu.backward(grad, q, k, v, cpu_out, cpu_lse, *args)):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+                    attention_cpu.backward(grad.cpu(), qc, kc, vc, cpu_out, cpu_lse, *args)):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-4, atol=1e-4)
 
 
-@interpreted
+@interpreted_or_cuda
 def test_cuda_kernel_registered_on_the_op():
-    """The op's cuda entry runs the Triton kernels (here through the interpreter)."""
+    """The op's cuda entry runs the Triton kernels (on CPU tensors: through the interpreter)."""
     for op in ("ember::sdpa", "ember::sdpa_backward"):
         assert kernels.registered()[op] == ["cpu", "cuda", "portable"]
     q, k, v = _qkv(1, 2, 2, 10, 12, 16, 16, torch.float32)

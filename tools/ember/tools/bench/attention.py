@@ -148,8 +148,8 @@ def run(quick: bool = False) -> BenchResult:
         "peak extra memory: growth of the peak resident set size (VmHWM, reset before the "
         "call) during one call, each candidate in a fresh subprocess after a warm-up call"
         + (" (skipped in --quick)" if quick else "") + ".",
-        "GPU rows (TFLOP/s vs torch's flash backend, float16/bfloat16, head dim 64/128, "
-        "causal and not) need a CUDA device; none was present for this run.",
+        "GPU rows: `ember bench attention-gpu` (Triton FlashAttention-2 vs torch's flash "
+        "backend, TFLOP/s).",
     ]
     if hasattr(os, "getloadavg"):
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())

@@ -16,6 +16,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "io": ("ember.tools.bench.io:run", "image decode vs Pillow: single, batched, reduced-size"),
     "compile": ("ember.tools.bench.compile:run", "ember.core.compile vs eager and Inductor"),
     "attention": ("ember.tools.bench.attention:run", "scaled_dot_product_attention vs torch"),
+    "attention-gpu": ("ember.tools.bench.attention_gpu:run",
+                      "Triton FlashAttention-2 vs torch's flash backend on CUDA (TFLOP/s)"),
     "transforms": ("ember.tools.bench.transforms:run", "batched transforms vs per-sample Pillow"),
     "audio": ("ember.tools.bench.audio:run", "MelSpectrogram, Resample, load vs librosa"),
     "data": ("ember.tools.bench.data:run", "DataLoader2 vs torch DataLoader, torchdata.nodes"),

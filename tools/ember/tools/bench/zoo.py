@@ -320,7 +320,7 @@ def _case(build: Callable[[bool], Workload], quick: bool, mode: str, precision: 
             entry["ok"] = backend == "eager" or _accurate(result, out["eager"]["result"],
                                                           ref64, tol)
             entry["result"] = result
-            calls[backend] = call
+            calls[backend] = _synchronized(call) if device == "cuda" else call
         except Exception as exc:  # a backend that cannot run this model is a result
             entry["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
         out[backend] = entry
@@ -329,6 +329,15 @@ def _case(build: Callable[[bool], Workload], quick: bool, mode: str, precision: 
     for backend, t in times.items():
         out[backend]["time"] = t
     return out
+
+
+def _synchronized(call: Callable[[], object]) -> Callable[[], object]:
+    """``call`` then a CUDA synchronize: timings count the GPU's work, not its queueing."""
+    def run():
+        out = call()
+        torch.cuda.synchronize()
+        return out
+    return run
 
 
 def _geomean(values: list[float]) -> float:
