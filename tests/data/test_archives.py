@@ -103,3 +103,84 @@ def test_archive_reader_resumes_mid_archive(tmp_path, resume):
         lambda ps: (ps[0], ps[1].read()))
     rest, restored = resume(make, 2)
     assert rest == restored and rest[0][0].endswith("m2")
+
+
+# --- bounded members ------------------------------------------------------------------------
+
+def _zip_of_zeros(path, size, name="zeros.bin"):
+    """A deflated member of ``size`` zero bytes, written in chunks (never held whole)."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        with zf.open(name, "w", force_zip64=size >= 1 << 31) as f:
+            chunk = bytes(1 << 20)
+            for _ in range(size >> 20):
+                f.write(chunk)
+    return str(path)
+
+
+def _peak_bytes(fn) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_zip_bomb_refused_by_ratio_before_allocating(tmp_path):
+    from ember.data.datapipes.iter import ArchiveMemberTooLarge
+
+    path = _zip_of_zeros(tmp_path / "bomb.zip", 64 << 20)
+    assert (tmp_path / "bomb.zip").stat().st_size < 1 << 20
+
+    def read():
+        with pytest.raises(ArchiveMemberTooLarge, match=r"'zeros.bin' expands .*zip bomb"):
+            _read(path, "zip")
+    assert _peak_bytes(read) < 8 << 20
+    dp = FileOpener(FileLister(path), mode="b").load_from_zip(max_compression_ratio=None)
+    assert [len(s.read()) for _, s in dp] == [64 << 20]  # the bound can be lifted
+
+
+@pytest.mark.parametrize("loader", ["tar", "zip"])
+def test_member_above_max_member_size_is_refused(tmp_path, loader):
+    from ember.data.datapipes.iter import ArchiveMemberTooLarge
+
+    payload = bytes(range(256)) * (3 << 12)  # 3 MiB
+    path = (_tar(tmp_path / "a.tar.gz", [("big.bin", "file", payload)]) if loader == "tar"
+            else _zip(tmp_path / "a.zip", [("big.bin", payload, None)]))
+    dp = FileOpener(FileLister(path), mode="b")
+    make = (lambda **kw: dp.load_from_tar(**kw)) if loader == "tar" else (
+        lambda **kw: dp.load_from_zip(**kw))
+    with pytest.raises(ArchiveMemberTooLarge, match=r"'big.bin' holds 3145728 bytes, above "
+                                                    r"max_member_size=1048576"):
+        list(make(max_member_size=1 << 20))
+    assert [s.read() for _, s in make(max_member_size=4 << 20)] == [payload]
+    assert [s.read() for _, s in make(max_member_size=None)] == [payload]
+
+
+@pytest.mark.parametrize("kw", [{"max_member_size": 0}, {"max_member_size": 1.5},
+                                {"max_member_size": True}, {"max_compression_ratio": -1},
+                                {"max_compression_ratio": "x"}])
+def test_bad_bounds_are_rejected(tmp_path, kw):
+    dp = FileOpener(FileLister(str(tmp_path)), mode="b")
+    with pytest.raises(ValueError, match=next(iter(kw))):
+        dp.load_from_zip(**kw)
+    if "max_member_size" in kw:
+        with pytest.raises(ValueError, match="max_member_size"):
+            dp.load_from_tar(**kw)
+
+
+@pytest.mark.slow
+def test_three_gib_of_zeros_in_a_3_mb_zip_is_refused_fast_and_small(tmp_path):
+    """The issue's case: 3 GiB of zeros deflated to about 3 MB, refused from its header by the
+    default size bound, in bounded memory."""
+    from ember.data.datapipes.iter import ArchiveMemberTooLarge
+
+    path = _zip_of_zeros(tmp_path / "bomb.zip", 3 << 30)
+    assert (tmp_path / "bomb.zip").stat().st_size < 4 << 20
+
+    def read():
+        with pytest.raises(ArchiveMemberTooLarge, match=r"'zeros.bin' holds 3221225472 bytes"):
+            _read(path, "zip")
+    assert _peak_bytes(read) < 8 << 20

@@ -2,6 +2,7 @@
 errors and clean exit. Every blocking wait is bounded (the loader's ``timeout``)."""
 
 import functools
+import math
 import os
 import pickle
 import signal
@@ -236,6 +237,43 @@ def test_timeout_raises():
     with pytest.raises(RuntimeError, match="timed out after 0.5s"):
         run(IterableWrapper(range(2)).sharding_filter().map(slow), mp(1, timeout=0.5))
     assert no_children() == []
+
+
+def sleep_in_a_named_function(x):
+    time.sleep(10)
+    return x
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="stack dumps need SIGUSR1")
+@pytest.mark.parametrize("in_order", [True, False])
+def test_hung_worker_is_reported_with_its_stack(in_order):
+    """DataLoader2(timeout=) overrides the service's bound; the error carries the worker's
+    Python stack, so the hang can be found without a debugger."""
+    dp = IterableWrapper(range(2)).sharding_filter().map(sleep_in_a_named_function)
+    dl = DataLoader2(dp, reading_service=mp(1, in_order=in_order), timeout=0.5)
+    try:
+        with pytest.raises(RuntimeError, match="timed out after 0.5s") as err:
+            list(dl)
+    finally:
+        dl.shutdown()
+    assert "DataLoader2(timeout=...)" in str(err.value)
+    assert "Python stacks at the timeout" in str(err.value)
+    assert "sleep_in_a_named_function" in str(err.value)
+    assert no_children() == []
+
+
+def test_default_timeout_is_generous_and_bad_ones_are_refused():
+    from ember.data.reading_service import DEFAULT_TIMEOUT
+
+    assert DEFAULT_TIMEOUT == 600.0
+    dl = DataLoader2(IterableWrapper(range(3)), reading_service=MultiProcessingReadingService(1))
+    assert dl._plan().timeout == DEFAULT_TIMEOUT
+    dl = DataLoader2(IterableWrapper(range(3)), reading_service=mp(1, timeout=7.0))
+    assert dl._plan().timeout == 7.0
+    assert DataLoader2(IterableWrapper(range(3)), timeout=math.inf)._plan().timeout == math.inf
+    for bad in (0, -1, "10", True):
+        with pytest.raises(ValueError, match="timeout"):
+            DataLoader2(IterableWrapper(range(3)), timeout=bad)
 
 
 def init_fn(datapipe, info):

@@ -11,7 +11,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import shutil
 import signal
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -25,10 +27,15 @@ from ember.data.datapipes.base import IterDataPipe, MapDataPipe
 from ember.data.datapipes.context import derive_seed
 from ember.data.datapipes.iter_basic import IterableWrapper, ShardingFilter
 from ember.data.graph import find_dps, traverse_dps
-from ember.data.reading_service import InProcessReadingService, Plan, ReadingServiceInterface
+from ember.data.reading_service import (
+    DEFAULT_TIMEOUT,
+    InProcessReadingService,
+    Plan,
+    ReadingServiceInterface,
+)
 from ember.data.reshard import global_ids, reshard
 from ember.data.transport import SlotReader
-from ember.data.worker import ShardSpec, build_shard_iterator, worker_loop
+from ember.data.worker import STACK_SIGNAL, ShardSpec, build_shard_iterator, worker_loop
 
 __all__ = ["DataLoader2", "DataLoader2Iterator"]
 
@@ -117,6 +124,7 @@ class _Workers:
         self.procs, self.data, self.cmds, self.sems, self.readers = [], [], [], [], []
         self.alive: set[int] = set()
         self._token = 0
+        self._stacks = tempfile.mkdtemp(prefix="ember-data-stacks-")
         try:
             for w in range(n):
                 data_r, data_w = ctx.Pipe(duplex=False)
@@ -125,7 +133,8 @@ class _Workers:
                 proc = ctx.Process(
                     target=worker_loop, name=f"ember-data-worker-{w}", daemon=True,
                     args=(datapipe, w, n, first_seed, plan.prefetch_factor,
-                          plan.worker_init_fn, data_w, cmd_r, sem, os.getpid()))
+                          plan.worker_init_fn, data_w, cmd_r, sem, os.getpid(),
+                          os.path.join(self._stacks, f"{w}.txt")))
                 try:
                     proc.start()
                 except (pickle.PicklingError, AttributeError, TypeError) as e:
@@ -193,10 +202,40 @@ class _Workers:
                 proc.join(1.0)
                 raise RuntimeError(f"DataLoader worker {w} (pid {proc.pid}) exited "
                                    f"unexpectedly ({_describe_exit(proc.exitcode)})")
-            timeout = self.plan.timeout
-            if timeout is not None and time.monotonic() - start > timeout:
-                raise RuntimeError(f"DataLoader timed out after {timeout}s waiting for "
-                                   f"worker {w} (pid {proc.pid})")
+            if time.monotonic() - start > self.plan.timeout:
+                raise self._timed_out([w])
+
+    def _stack_of(self, w: int) -> str:
+        """Worker ``w``'s Python stacks, asked for by signal (empty where that cannot work)."""
+        proc, path = self.procs[w], os.path.join(self._stacks, f"{w}.txt")
+        if STACK_SIGNAL is None or not proc.is_alive():
+            return ""
+        try:
+            os.kill(proc.pid, STACK_SIGNAL)
+        except OSError:
+            return ""
+        deadline, size = time.monotonic() + 2.0, -1
+        while time.monotonic() < deadline:  # until the dump stops growing
+            time.sleep(0.1)
+            now = os.path.getsize(path) if os.path.exists(path) else 0
+            if now and now == size:
+                break
+            size = now
+        try:
+            with open(path, errors="replace") as f:
+                return f.read()[-6000:]
+        except OSError:
+            return ""
+
+    def _timed_out(self, workers: list[int]) -> RuntimeError:
+        lines = [f"DataLoader timed out after {self.plan.timeout:g}s waiting for worker(s) "
+                 + ", ".join(f"{w} (pid {self.procs[w].pid})" for w in workers)
+                 + " (DataLoader2(timeout=...) sets the bound)"]
+        for w in workers:
+            stack = self._stack_of(w)
+            if stack:
+                lines.append(f"worker {w}'s Python stacks at the timeout:\n{stack.rstrip()}")
+        return RuntimeError("\n".join(lines))
 
     def _handle(self, w: int, msg: tuple):
         kind = msg[0]
@@ -229,6 +268,7 @@ class _Workers:
 
     def fetch_any(self):
         pending = self.epoch.pending
+        start = time.monotonic()
         while True:
             for s in sorted(pending):
                 if pending[s]:
@@ -241,7 +281,10 @@ class _Workers:
                 for w in sorted(self.alive):
                     if not self.procs[w].is_alive() and not self.data[w].poll(0):
                         self._recv(w)  # raises with the exit reason
+                if time.monotonic() - start > self.plan.timeout:
+                    raise self._timed_out(sorted(self.alive))
                 continue
+            start = time.monotonic()
             for conn in ready:
                 w = self.data.index(conn)
                 self._handle(w, self._recv(w))
@@ -283,6 +326,7 @@ class _Workers:
         for c in self.cmds + self.data:
             c.close()
         self.procs, self.cmds, self.data = [], [], []
+        shutil.rmtree(self._stacks, ignore_errors=True)
 
 
 class _Epoch:
@@ -385,12 +429,23 @@ class DataLoader2Iterator(Iterator):
 class DataLoader2:
     """Runs ``datapipe`` under ``reading_service`` (in process by default).
 
+    ``timeout`` (seconds) bounds the wait for a worker's next item: a worker silent that long
+    is reported as hung, with its Python stacks where the platform can dump them. None takes
+    the reading service's ``timeout``, else ``DEFAULT_TIMEOUT`` (10 minutes); ``math.inf``
+    waits forever.
+
     A torch map-style ``Dataset`` is wrapped as index -> ``sharding_filter`` -> ``dataset[i]``;
     an ``IterableDataset`` as an ``IterableWrapper`` (resumed by replay).
     """
 
     def __init__(self, datapipe, datapipe_adapter_fn: Callable | list | None = None,
-                 reading_service: ReadingServiceInterface | None = None) -> None:
+                 reading_service: ReadingServiceInterface | None = None,
+                 timeout: float | None = None) -> None:
+        if timeout is not None and not (isinstance(timeout, (int, float))
+                                        and not isinstance(timeout, bool) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds (math.inf: wait "
+                             f"forever) or None for the default, got {timeout!r}")
+        self.timeout = timeout
         dp = _as_datapipe(datapipe)
         fns = datapipe_adapter_fn if isinstance(datapipe_adapter_fn, (list, tuple)) else (
             [datapipe_adapter_fn] if datapipe_adapter_fn is not None else [])
@@ -415,6 +470,10 @@ class DataLoader2:
 
     def _plan(self) -> Plan:
         plan = self.reading_service.plan(Plan())
+        if self.timeout is not None:
+            plan.timeout = self.timeout
+        elif plan.timeout is None:
+            plan.timeout = DEFAULT_TIMEOUT
         if plan.num_workers > 0 or plan.world_size > 1 or plan.shards() > 1:
             if not find_dps(traverse_dps(self.datapipe), ShardingFilter) \
                     and not self._warned_no_shard:

@@ -23,6 +23,10 @@ __all__ = ["DistributedReadingService", "InProcessReadingService",
 _CONTEXTS = (None, "fork", "spawn", "forkserver")
 
 
+# How long the loader waits for a worker's next item before it reports the worker as hung.
+DEFAULT_TIMEOUT = 600.0
+
+
 @dataclass
 class Plan:
     """Everything DataLoader2 needs to run one epoch."""
@@ -86,7 +90,8 @@ class MultiProcessingReadingService(ReadingServiceInterface):
     """Runs the graph in ``num_workers`` processes; batches come back through shared memory.
 
     ``prefetch_factor`` items per worker are produced ahead; ``in_order=False`` yields
-    whichever worker is ready first; ``timeout`` (seconds) bounds the wait for one item.
+    whichever worker is ready first; ``timeout`` (seconds) bounds the wait for one item (None:
+    the loader's, by default ``DEFAULT_TIMEOUT``).
     ``worker_init_fn(datapipe, worker_info)`` may return a replacement graph.
     """
 

@@ -9,10 +9,12 @@ Every "item"/"end" holds one slot of the semaphore until the main process releas
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import os
 import pickle
 import random
+import signal
 import traceback
 from dataclasses import dataclass, field
 
@@ -121,12 +123,28 @@ def _seed_process(epoch_seed: int, key) -> int:
     return seed
 
 
+STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
+_stack_file = None
+
+
+def _dump_stack_on_signal(path: str | None) -> None:
+    """On ``STACK_SIGNAL`` write every thread's Python stack to ``path`` (read by the main
+    process when this worker has not answered within the loader's timeout)."""
+    global _stack_file
+    if path is None or STACK_SIGNAL is None:
+        return
+    _stack_file = open(path, "w")  # stays open: faulthandler writes to its descriptor
+    faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True)
+
+
 def worker_loop(datapipe, worker_id: int, num_workers: int, first_seed: int, num_slots: int,
-                worker_init_fn, data_conn, cmd_conn, sem, parent_pid: int) -> None:
+                worker_init_fn, data_conn, cmd_conn, sem, parent_pid: int,
+                stack_path: str | None = None) -> None:
     """Entry point of a (persistent) worker process; epochs are started by commands:
     ``("epoch", seed, shard specs, start shard)``, ``("reset", token)`` drops the current
     epoch and answers ``("reset", token)``."""
     global _current
+    _dump_stack_on_signal(stack_path)
     # Objects inherited from the parent are never collected here: freezing them keeps the
     # cyclic GC from walking (and, after fork, copying) the whole inherited heap.
     gc.freeze()

@@ -1,7 +1,12 @@
 """Iterable pipes by class name, as ``torchdata.datapipes.iter`` exposes them."""
 
 from ember.data.datapipes.base import IterDataPipe
-from ember.data.datapipes.iter_archive import TarArchiveLoader, UnsafeArchiveError, ZipArchiveLoader
+from ember.data.datapipes.iter_archive import (
+    ArchiveMemberTooLarge,
+    TarArchiveLoader,
+    UnsafeArchiveError,
+    ZipArchiveLoader,
+)
 from ember.data.datapipes.iter_basic import (
     Batcher,
     Collator,
@@ -43,7 +48,8 @@ from ember.data.datapipes.iter_threads import Prefetcher, ThreadPoolMapper
 from ember.data.datapipes.map_pipes import MapShuffler, MapToIterConverter
 
 __all__ = [
-    "Batcher", "BucketBatcher", "CSVParser", "Collator", "Concater", "Cycler", "Demultiplexer",
+    "ArchiveMemberTooLarge", "Batcher", "BucketBatcher", "CSVParser", "Collator", "Concater",
+    "Cycler", "Demultiplexer",
     "EndOnDiskCacheHolder", "Enumerator", "FileLister", "FileOpener", "Filter", "FlatMapper",
     "Forker", "Grouper", "Header", "InBatchShuffler", "InMemoryCacheHolder", "IterDataPipe",
     "IterableWrapper", "JsonParser", "LineReader", "MapShuffler", "MapToIterConverter", "Mapper",
