@@ -5,6 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 STAMP  := $(VENV)/.ember-installed
 PKGS   := core vision audio data arrow tools
+DIST   ?= dist
 PYTEST_FAST := -m "not slow" -n 2 --dist loadfile
 # The parity suite's own environment: torch 2.14.1 + the real torchvision 0.29.1, with
 # ember-core and ember-vision installed editable (tests/peers/constraints.txt pins torch).
@@ -14,7 +15,7 @@ PEERS_PIP   := $(PEERS_PY) -m pip --disable-pip-version-check -q
 PEERS_STAMP := $(PEERS_VENV)/.ember-peers-installed
 PEERS_PINS  := tests/peers/constraints.txt
 
-.PHONY: venv test test-all test-peers lint demo bench clean
+.PHONY: venv test test-all test-peers lint demo bench wheels clean
 
 venv: $(STAMP)
 
@@ -49,5 +50,12 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/ember bench all
 
+# The six wheels into $(DIST)/ with the venv's setuptools (no downloads). Stale build/
+# folders are removed first: setuptools would pack files deleted from the source since.
+wheels: $(STAMP)
+	rm -rf $(foreach p,$(PKGS),$(p)/build) $(DIST)/ember_*.whl
+	$(PIP) wheel --no-deps --no-build-isolation -w $(DIST) $(foreach p,$(PKGS),./$(p))
+	@ls $(DIST)/ember_*.whl
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache $(DIST)

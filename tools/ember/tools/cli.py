@@ -58,7 +58,7 @@ def _bench(args: argparse.Namespace) -> int:
         try:
             charted = write_chart(Path(args.chart), results)
             print(f"(wrote {args.chart}: {', '.join(charted)})")
-        except ValueError as exc:
+        except (ValueError, ImportError) as exc:
             print(f"no chart: {exc}", file=sys.stderr)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)

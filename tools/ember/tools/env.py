@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import json
 import platform
 import shutil
 import subprocess
@@ -16,6 +18,21 @@ def _version(module: str) -> str:
     except Exception as exc:  # a broken install is itself a fact to report
         return f"not available ({type(exc).__name__}: {exc})"
     return str(getattr(mod, "__version__", "installed (no version)"))
+
+
+DISTRIBUTIONS = ("ember-core", "ember-vision", "ember-audio", "ember-data", "ember-arrow",
+                 "ember-tools")
+
+
+def _distribution(name: str) -> str:
+    """The installed version of ``name`` (from its metadata), marked when installed editable."""
+    try:
+        dist = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+    direct = json.loads(dist.read_text("direct_url.json") or "{}")
+    editable = direct.get("dir_info", {}).get("editable", False)
+    return f"{dist.version} (editable)" if editable else dist.version
 
 
 def _first_line(cmd: list[str]) -> str:
@@ -80,6 +97,7 @@ def report() -> list[tuple[str, str]]:
     return [
         ("Python", f"{sys.version.split()[0]} ({sys.executable})"),
         ("platform", platform.platform()),
+        *((name, _distribution(name)) for name in DISTRIBUTIONS),
         ("torch", _version("torch")),
         ("triton", _version("triton")),
         ("numpy", _version("numpy")),

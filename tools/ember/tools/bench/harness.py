@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ember.core.extras import require
+
 # Columns whose numbers are ratios between candidates (what the chart plots).
 _RATIO_COLUMN = re.compile(r"speed|ratio|x faster", re.I)
 
@@ -215,12 +217,7 @@ def write_chart(path: Path, results: Iterable[BenchResult]) -> list[str]:
 
     Returns the names of the benchmarks that had something to plot.
     """
-    try:
-        import matplotlib
-    except ImportError as exc:
-        raise ValueError("--chart needs matplotlib, which is not installed in this "
-                         "environment (pip install matplotlib)") from exc
-
+    matplotlib = require("matplotlib", "ember-tools[chart]", "--chart")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -8,6 +8,7 @@ import inspect
 import sys
 from collections.abc import Callable, Iterator
 
+from ember.core.extras import needs_extra
 from ember.tools.bench import harness
 from ember.tools.bench.harness import BenchResult
 
@@ -28,6 +29,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                "PyTorch's OpInfo catalogue through ember and Inductor: pass / wrong / error"),
 }
 
+# The libraries benchmarks compare against: the extra ember-tools[bench] installs them.
+BENCH_PEERS = ("librosa", "pandas", "polars", "torchdata", "transformers")
+
 
 def register(name: str, target: str, description: str) -> None:
     """Add a benchmark; ``target`` is ``"module:function"`` taking ``quick: bool``."""
@@ -40,7 +44,8 @@ def _resolve(name: str) -> Callable[..., BenchResult]:
     if name not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}")
     module, _, func = BENCHMARKS[name][0].partition(":")
-    return getattr(importlib.import_module(module), func)
+    with needs_extra("ember-tools[bench]", BENCH_PEERS, f"ember bench {name}"):
+        return getattr(importlib.import_module(module), func)
 
 
 def options_of(name: str) -> set[str]:
@@ -54,7 +59,9 @@ def run(name: str, quick: bool = False, **options) -> BenchResult:
     unknown = sorted(set(options) - options_of(name))
     if unknown:
         raise ValueError(f"benchmark {name!r} takes no option {', '.join(unknown)}")
-    return _resolve(name)(quick=quick, **options)
+    bench = _resolve(name)
+    with needs_extra("ember-tools[bench]", BENCH_PEERS, f"ember bench {name}"):
+        return bench(quick=quick, **options)
 
 
 def run_many(names: list[str], quick: bool = False, progress: bool = True,
