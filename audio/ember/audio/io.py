@@ -1,7 +1,10 @@
 """Audio file I/O over libsndfile (soundfile): ``load``, ``save``, ``info`` with torchaudio's API.
 
-Partial reads seek in the file and decode only the requested frames. Every libsndfile
-failure is re-raised as a ``RuntimeError`` that names the file.
+Partial reads equal the same slice of a full read. They seek in the file and decode only the
+requested frames where the decoder seeks sample-exactly; libsndfile's MP3 decoder does not
+(after a seek, or between two reads, a VBR file came out up to 0.55 off its one-read
+decode), so an MP3 is decoded from its start in one read and sliced. Every libsndfile failure
+is re-raised as a ``RuntimeError`` that names the file.
 """
 
 from __future__ import annotations
@@ -129,11 +132,19 @@ def load(
                 if f.frames and frame_offset >= f.frames:
                     data = np.zeros((0, f.channels), dtype=dtype)
                     return _to_tensor(data, subtype, normalize, channels_first), f.samplerate
+                if f.format in _ONE_READ_ONLY:
+                    upto = -1 if num_frames == -1 else frame_offset + num_frames
+                    data = _read(f, upto, dtype, 0, path_or_fileobj)[frame_offset:]
+                    return _to_tensor(data, subtype, normalize, channels_first), f.samplerate
                 f.seek(frame_offset)
             data = _read(f, num_frames, dtype, frame_offset, path_or_fileobj)
         except (sf.LibsndfileError, RuntimeError) as err:
             raise RuntimeError(f"failed to decode audio file {name!r}: {err}") from err
         return _to_tensor(data, subtype, normalize, channels_first), f.samplerate
+
+
+# Major formats that decode exactly only from the start in one read: partial reads slice it.
+_ONE_READ_ONLY = {"MP3"}
 
 
 # A header may claim any length. A claim beyond this many samples per byte of file (Opus at
