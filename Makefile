@@ -50,11 +50,12 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/ember bench all
 
-# The six wheels into $(DIST)/ with the venv's setuptools (no downloads). Stale build/
-# folders are removed first: setuptools would pack files deleted from the source since.
+# The six wheels into $(DIST)/ with the venv's setuptools (no downloads). setuptools' build/
+# folders go before (it would pack files deleted from the source since) and after.
 wheels: $(STAMP)
 	rm -rf $(foreach p,$(PKGS),$(p)/build) $(DIST)/ember_*.whl
 	$(PIP) wheel --no-deps --no-build-isolation -w $(DIST) $(foreach p,$(PKGS),./$(p))
+	rm -rf $(foreach p,$(PKGS),$(p)/build)
 	@ls $(DIST)/ember_*.whl
 
 clean:

@@ -16,7 +16,7 @@ import platform
 import re
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -182,13 +182,6 @@ def update_markdown(path: Path, result: BenchResult, machine: str,
     else:
         text = text.rstrip() + "\n\n" + section
     path.write_text(text.rstrip() + "\n")
-
-
-def speedup_rows(times: dict[str, float], reference: str,
-                 order: Sequence[str] | None = None) -> list[list]:
-    """Rows of (candidate, ms, speedup over ``reference``)."""
-    ref = times[reference]
-    return [[name, times[name] * 1e3, ref / times[name]] for name in (order or times)]
 
 
 def write_json(path: Path, results: Iterable[BenchResult], machine: str) -> None:

@@ -96,9 +96,6 @@ def elastic_image(image: torch.Tensor, displacement: torch.Tensor,
     return out.to(image.dtype)
 
 
-elastic_video = elastic_image
-
-
 def elastic_mask(mask: torch.Tensor, displacement: torch.Tensor, fill=None) -> torch.Tensor:
     squeeze = mask.ndim < 3
     m = mask.unsqueeze(0) if squeeze else mask
@@ -176,9 +173,6 @@ def jpeg_image(image: torch.Tensor, quality: int) -> torch.Tensor:
     return out.to(image.device).reshape(image.shape)
 
 
-jpeg_video = jpeg_image
-
-
 @dispatcher
 def jpeg(image, quality):
     """JPEG compression artefacts: encode at ``quality`` (1-100) and decode."""
@@ -206,9 +200,6 @@ def gaussian_noise_image(image: torch.Tensor, mean: float = 0.0, sigma: float = 
     if clip:
         out = out.clamp_(0, 255)
     return out.to(torch.uint8)  # without clip, values wrap around as in torchvision
-
-
-gaussian_noise_video = gaussian_noise_image
 
 
 @dispatcher

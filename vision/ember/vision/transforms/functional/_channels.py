@@ -44,9 +44,6 @@ def permute_channels_image(image: torch.Tensor, permutation: Sequence[int]) -> t
     return image[..., perm, :, :]
 
 
-permute_channels_video = permute_channels_image
-
-
 @dispatcher
 def permute_channels(inpt, permutation):
     """Reorder the channels of an image or video."""

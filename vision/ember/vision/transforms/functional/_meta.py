@@ -1,4 +1,4 @@
-"""Size queries (get_dimensions, get_num_channels, get_num_frames, get_size per type)."""
+"""Size queries (get_dimensions, get_num_channels, get_num_frames) and is_pure_tensor."""
 
 from __future__ import annotations
 
@@ -23,34 +23,6 @@ def _chw(x: torch.Tensor) -> list[int]:
     if x.ndim < 2:
         raise TypeError(f"an image must have at least 2 dimensions, got shape {tuple(x.shape)}")
     return [1, *x.shape[-2:]] if x.ndim == 2 else list(x.shape[-3:])
-
-
-def get_dimensions_image(image: torch.Tensor) -> list[int]:
-    """``[channels, height, width]``; a 2-d tensor has one channel."""
-    return _chw(image)
-
-
-get_dimensions_video = get_dimensions_image
-
-
-def get_num_channels_image(image: torch.Tensor) -> int:
-    return _chw(image)[0]
-
-
-get_num_channels_video = get_num_channels_image
-
-
-def get_size_image(image: torch.Tensor) -> list[int]:
-    """``[height, width]`` of an image (or video, or mask): its last two dimensions."""
-    return _chw(image)[1:]
-
-
-get_size_video = get_size_image
-get_size_mask = get_size_image
-
-
-def get_size_bounding_boxes(bounding_box: tv_tensors.BoundingBoxes) -> list[int]:
-    return list(bounding_box.canvas_size)
 
 
 def get_num_frames_video(video: torch.Tensor) -> int:
