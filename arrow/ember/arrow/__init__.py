@@ -3,9 +3,17 @@
 ``dataframe``/``column`` build frames and columns (dtypes inferred as TorchArrow does),
 operations run through ``pyarrow.compute`` or torch over zero-copy buffer views, and
 ``to_tensor`` hands the data to PyTorch without copying where the memory allows.
+
+Importing the package imports ``accessors``, ``interop`` and ``tensor``, which attach
+``.str``/``.list``/``.maps``, ``to_pandas`` and ``to_tensor`` to Column and DataFrame.
 """
 
-from ember.arrow import datapipes, dtypes, functional
+from ember.arrow import (
+    accessors,  # noqa: F401  (registers .str, .list, .maps on Column)
+    datapipes,
+    dtypes,
+    functional,
+)
 from ember.arrow.column import Column, column
 from ember.arrow.dataframe import ColumnNotFoundError, DataFrame, GroupedDataFrame, dataframe
 from ember.arrow.expression import Expression, me

@@ -1,4 +1,5 @@
-"""The vectorised methods behind ``col.str``, ``col.list`` and ``col.maps``.
+"""The vectorised methods behind ``col.str``, ``col.list`` and ``col.maps``, registered on
+Column here.
 
 String methods run on Arrow's UTF-8 kernels; list and map methods work on the flat child
 arrays and offsets, so no method loops over rows in Python.
@@ -14,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ember.arrow import dtypes as dt
+from ember.arrow._extend import register_accessor
 from ember.arrow.column import Column
 
 
@@ -52,6 +54,7 @@ def _as_int64(col: Column, arr: pa.Array) -> Column:
     return col._derived(arr.cast(pa.int64()), dt.int64)
 
 
+@register_accessor(Column, "str", dt.is_string, "a string column")
 class StringMethods:
     """Vectorised string functions (``col.str``) over Arrow's UTF-8 kernels."""
 
@@ -200,6 +203,7 @@ def rebuild_list(col: Column, values: pa.Array, item: dt.DType) -> Column:
     return col._derived(out, dt.List(item))
 
 
+@register_accessor(Column, "list", dt.is_list, "a list column")
 class ListMethods:
     """Vectorised list functions (``col.list``)."""
 
@@ -245,6 +249,7 @@ class ListMethods:
         return Column(self._arr.flatten(), self._col.dtype.item_dtype)
 
 
+@register_accessor(Column, "maps", dt.is_map, "a map column")
 class MapMethods:
     """Map functions (``col.maps``)."""
 

@@ -17,7 +17,9 @@ import pyarrow.compute as pc
 
 from ember.arrow import dtypes as dt
 from ember.arrow import lazy
-from ember.arrow._build import one_array, python_to_arrow
+from ember.arrow._build import python_to_arrow
+from ember.arrow._extend import converter, defers_column_operators
+from ember.arrow._infer import one_array
 
 _REPR_ROWS = 10
 
@@ -34,14 +36,10 @@ def column(data: Any = None, dtype: dt.DType | None = None) -> Column:
             raise TypeError("column(): pass data, dtype, or both")
         data = []
     if type(data).__module__.startswith("pandas"):
-        from ember.arrow.interop import from_pandas
-
-        out = from_pandas(data)
+        out = converter("from_pandas")(data)
         return out if dtype is None else out.cast(dtype)
     if type(data).__module__.startswith("torch"):
-        from ember.arrow.tensor import from_tensor
-
-        return from_tensor(data, dtype)
+        return converter("from_tensor")(data, dtype)
     arr = python_to_arrow(data, dtype, "column()")
     return Column(arr, dtype)
 
@@ -50,8 +48,13 @@ def _is_scalar(x) -> bool:
     return isinstance(x, (numbers.Number, np.generic)) and not isinstance(x, complex)
 
 
-class Column:
-    """A typed vector over an Arrow array; see ``ember.arrow.column`` to make one."""
+class Column(lazy.Leaf):
+    """A typed vector over an Arrow array; see ``ember.arrow.column`` to make one.
+
+    ``.str``, ``.list``, ``.maps`` (``accessors``), ``to_pandas`` (``interop``),
+    ``to_tensor`` (``tensor``) and ``describe`` (``dataframe``) are attached by those
+    modules when ``ember.arrow`` imports them.
+    """
 
     __slots__ = ("_arr", "_dtype", "_expr", "_fn", "_len", "_thunk", "__weakref__")
     __hash__ = None  # type: ignore[assignment]  # == is element-wise
@@ -181,17 +184,6 @@ class Column:
         """Python values; structs become named tuples, maps dicts, nulls None."""
         return _pylist(self._data, self.dtype)
 
-    def to_pandas(self):
-        from ember.arrow.interop import to_pandas
-
-        return to_pandas(self)
-
-    def to_tensor(self, conversion=None):
-        """Torch data by TorchArrow's conventions (see ``ember.arrow.tensor``)."""
-        from ember.arrow.tensor import to_tensor
-
-        return to_tensor(self, conversion)
-
     def to_numpy(self) -> np.ndarray:
         return self._data.to_numpy(zero_copy_only=False)
 
@@ -236,9 +228,7 @@ class Column:
 
     # ------------------------------------------------------------------ operators
     def _binary(self, other, op: str, reflected: bool = False):
-        from ember.arrow.dataframe import DataFrame
-
-        if isinstance(other, DataFrame):
+        if defers_column_operators(other):
             return NotImplemented
         if isinstance(other, Column) and len(other) != len(self):
             raise ValueError(f"operator {op}: columns have different lengths "
@@ -435,11 +425,6 @@ class Column:
         arr = pa.concat_arrays([self._data, other._data.cast(self._data.type)])
         return self._with(arr)
 
-    def describe(self):
-        from ember.arrow.dataframe import DataFrame
-
-        return DataFrame({"c": self}).describe().rename({"c": "value"})
-
     # ------------------------------------------------------------------ UDFs
     def map(self, arg, na_action: str | None = None, dtype: dt.DType | None = None) -> Column:
         """Apply a dict lookup or a row function to each value (a row UDF).
@@ -468,9 +453,7 @@ class Column:
         elif format == "python":
             out = func(self.to_pylist())
         elif format == "torch":
-            from ember.arrow.tensor import from_tensor
-
-            return from_tensor(func(self.to_tensor()), dtype)
+            return converter("from_tensor")(func(self.to_tensor()), dtype)
         else:
             raise ValueError(f"transform(): format must be 'column', 'python' or 'torch', got "
                              f"{format!r}")
@@ -480,34 +463,7 @@ class Column:
             raise ValueError(f"transform(): the UDF returned {len(out)} rows for {len(self)}")
         return out if dtype is None or out.dtype == dtype else out.cast(dtype)
 
-    # ------------------------------------------------------------------ accessors
-    @property
-    def str(self):
-        """String methods (``ember.arrow.accessors.StringMethods``)."""
-        from ember.arrow.accessors import StringMethods
-
-        if not dt.is_string(self.dtype):
-            raise TypeError(f".str needs a string column, got {self.dtype}")
-        return StringMethods(self)
-
-    @property
-    def list(self):
-        """List methods (``ember.arrow.accessors.ListMethods``)."""
-        from ember.arrow.accessors import ListMethods
-
-        if not dt.is_list(self.dtype):
-            raise TypeError(f".list needs a list column, got {self.dtype}")
-        return ListMethods(self)
-
-    @property
-    def maps(self):
-        """Map methods (``ember.arrow.accessors.MapMethods``)."""
-        from ember.arrow.accessors import MapMethods
-
-        if not dt.is_map(self.dtype):
-            raise TypeError(f".maps needs a map column, got {self.dtype}")
-        return MapMethods(self)
-
+    # ------------------------------------------------------------------ structs
     def field(self, name: str) -> Column:
         """One field of a struct column."""
         if not dt.is_struct(self.dtype):
@@ -577,9 +533,7 @@ def _map_dict(col: Column, mapping: dict, dtype: dt.DType | None) -> Column:
 
 def _pylist(arr: pa.Array, dtype: dt.DType) -> list:
     if isinstance(dtype, dt.Struct):
-        from ember.arrow.tensor import struct_tuple_type
-
-        tup = struct_tuple_type(dtype)
+        tup = dt.struct_tuple_type(dtype)
         children = [_pylist(pc.struct_field(arr, f.name), f.dtype) for f in dtype.fields]
         valid = arr.is_valid().to_pylist() if arr.null_count else None
         return [tup(*row) if valid is None or valid[i] else None

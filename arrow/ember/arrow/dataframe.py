@@ -15,7 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ember.arrow import dtypes as dt
-from ember.arrow._build import one_array, python_to_arrow
+from ember.arrow._build import python_to_arrow
+from ember.arrow._extend import converter, defer_column_operators, register_method
+from ember.arrow._infer import one_array
 from ember.arrow.column import Column, _is_scalar, _mask, column
 from ember.arrow.expression import Expression, bind
 
@@ -30,15 +32,10 @@ def dataframe(data: Any = None, dtype: dt.Struct | None = None,
         return data if dtype is None else data.cast(dtype)
     module = type(data).__module__
     if module.startswith(("pandas", "polars")):
-        from ember.arrow import interop
-
-        df = interop.from_pandas(data) if module.startswith("pandas") else \
-            interop.from_polars(data)
+        df = converter("from_pandas" if module.startswith("pandas") else "from_polars")(data)
         return df if dtype is None else df.cast(dtype)
     if isinstance(data, (pa.Table, pa.RecordBatch, pa.StructArray)):
-        from ember.arrow.interop import from_arrow
-
-        df = from_arrow(data)
+        df = converter("from_arrow")(data)
         return df if dtype is None else df.cast(dtype)
     if dtype is not None and not isinstance(dtype, dt.Struct):
         raise TypeError(f"dataframe(): dtype must be a Struct, got {dtype}")
@@ -82,8 +79,13 @@ def _to_column(values, dtype: dt.DType | None, name: str) -> Column:
         raise type(e)(f"column {name!r}: {e}") from None
 
 
+@defer_column_operators
 class DataFrame:
-    """Named columns of equal length; ``df["a"]`` and ``df.a`` give a Column."""
+    """Named columns of equal length; ``df["a"]`` and ``df.a`` give a Column.
+
+    ``to_pandas`` (``interop``) and ``to_tensor`` (``tensor``) are attached by those modules
+    when ``ember.arrow`` imports them.
+    """
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -212,21 +214,8 @@ class DataFrame:
 
     def to_pylist(self) -> list[tuple]:
         """Rows as named tuples."""
-        from ember.arrow.tensor import struct_tuple_type
-
-        tup = struct_tuple_type(self.dtype)
+        tup = dt.struct_tuple_type(self.dtype)
         return [tup(*row) for row in zip(*(c.to_pylist() for c in self._cols.values()))]
-
-    def to_pandas(self):
-        from ember.arrow.interop import to_pandas
-
-        return to_pandas(self)
-
-    def to_tensor(self, conversion=None):
-        """A named tuple of per-column tensors (``conversion``: one, or a dict by name)."""
-        from ember.arrow.tensor import to_tensor
-
-        return to_tensor(self, conversion)
 
     def cast(self, dtype: dt.Struct) -> DataFrame:
         if not isinstance(dtype, dt.Struct):
@@ -476,9 +465,7 @@ class DataFrame:
         elif format == "python":
             out = func(*(c.to_pylist() for c in cols))
         elif format == "torch":
-            from ember.arrow.tensor import from_tensor
-
-            out = from_tensor(func(*(c.to_tensor() for c in cols)), dtype)
+            out = converter("from_tensor")(func(*(c.to_tensor() for c in cols)), dtype)
         else:
             raise ValueError(f"transform(): format must be 'column', 'python' or 'torch', "
                              f"got {format!r}")
@@ -515,6 +502,12 @@ for _op in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv", "rtruediv", 
             "rfloordiv", "mod", "rmod", "pow", "rpow", "eq", "ne", "lt", "le", "gt", "ge",
             "and", "rand", "or", "ror", "xor", "rxor", "neg", "invert", "abs"):
     setattr(DataFrame, f"__{_op}__", _frame_op(f"__{_op}__"))
+
+
+@register_method(Column, name="describe")
+def _describe_column(col: Column) -> DataFrame:
+    """``DataFrame.describe`` of one column, as ``metric`` and ``value`` columns."""
+    return DataFrame({"c": col}).describe().rename({"c": "value"})
 
 
 def _filtered(col: Column, mask: pa.Array) -> pa.Array:

@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from ember.arrow import dtypes as dt
+from ember.arrow.column import Column
 from ember.arrow.dataframe import DataFrame, dataframe
 from ember.arrow.interop import from_arrow
 from ember.data.datapipes import IterDataPipe, functional_datapipe
@@ -142,8 +143,6 @@ class _CSVFrames:
 
 
 def _tight(df: DataFrame) -> DataFrame:
-    from ember.arrow.column import Column
-
     return DataFrame({n: Column(c.to_arrow()) for n, c in df._cols.items()})
 
 

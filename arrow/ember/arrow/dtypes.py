@@ -2,16 +2,23 @@
 
 A dtype is an immutable value: ``Int64(nullable=True)``, ``List(string)``,
 ``Struct([Field("a", int64)])``. Arrow arrays carry no per-array nullability, so a Column
-keeps its dtype beside its ``pyarrow.Array``.
+keeps its dtype beside its ``pyarrow.Array``. A Struct's rows are named tuples
+(``struct_tuple_type``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import keyword
+import re
 import typing as ty
+from collections import namedtuple
 from dataclasses import dataclass
 
 import pyarrow as pa
+
+from ember.arrow._infer import infer_array
 
 __all__ = [
     "DType", "Boolean", "Int8", "Int16", "Int32", "Int64", "Float32", "Float64", "String",
@@ -277,29 +284,29 @@ def dtype_of_array(arr: pa.Array) -> DType:
     return from_arrow_type(t, nullable)
 
 
-def _float32_python_floats(t: pa.DataType) -> pa.DataType:
-    """TorchArrow infers Python floats as float32: rewrite float64 (nested too)."""
-    if pa.types.is_float64(t):
-        return pa.float32()
-    if pa.types.is_map(t):
-        return pa.map_(_float32_python_floats(t.key_type),
-                       pa.field("value", _float32_python_floats(t.item_type)))
-    if pa.types.is_list(t):
-        return pa.list_(_float32_python_floats(t.value_type))
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, _float32_python_floats(f.type)) for f in t])
-    return t
-
-
 def infer_dtype(values: ty.Sequence) -> DType:
     """Infer a dtype from Python values as TorchArrow does.
 
     ``[1, 2, None]`` is ``Int64(nullable=True)``, Python floats are float32, dicts are
     maps, lists are lists; an all-None or empty sequence cannot be inferred.
     """
-    from ember.arrow._build import python_to_arrow
+    return dtype_of_array(infer_array(values))
 
-    return dtype_of_array(python_to_arrow(values, None))
+
+@functools.lru_cache(maxsize=256)
+def _tuple_type(names: tuple[str, ...]):
+    fixed = []
+    for i, n in enumerate(names):
+        n = re.sub(r"\W", "_", n)
+        if not n or n[0].isdigit() or n.startswith("_") or keyword.iskeyword(n) or n in fixed:
+            n = f"f_{i}_{n}" if n else f"f_{i}"
+        fixed.append(n)
+    return namedtuple("Row", fixed)
+
+
+def struct_tuple_type(dtype: Struct):
+    """The named-tuple class for rows of ``dtype`` (names made valid identifiers)."""
+    return _tuple_type(tuple(f.name for f in dtype.fields))
 
 
 def common_dtype(a: DType, b: DType) -> DType | None:

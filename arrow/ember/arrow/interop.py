@@ -1,4 +1,8 @@
-"""Conversions between ember.arrow and Arrow, pandas and polars (zero-copy where possible)."""
+"""Conversions between ember.arrow and Arrow, pandas and polars (zero-copy where possible).
+
+The ``from_*`` functions are registered as converters for ``column()`` and ``dataframe()``,
+and ``to_pandas`` as a method of Column and DataFrame.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,9 @@ from typing import Any
 import pyarrow as pa
 
 from ember.arrow import dtypes as dt
-from ember.arrow._build import one_array
-from ember.arrow.column import Column
+from ember.arrow._extend import register_converter, register_method
+from ember.arrow._infer import one_array
+from ember.arrow.column import Column, column
 from ember.arrow.dataframe import DataFrame
 
 
@@ -35,6 +40,7 @@ def _needs_normalize(t: pa.DataType) -> bool:
             or (pa.types.is_list(t) and _needs_normalize(t.value_type)))
 
 
+@register_converter
 def from_arrow(data: pa.Array | pa.ChunkedArray | pa.Table | pa.RecordBatch,
                dtype: dt.DType | None = None) -> Column | DataFrame:
     """A Column from an Arrow array, a DataFrame from a table or record batch.
@@ -67,6 +73,7 @@ def _tight(df: DataFrame, dtype: dt.DType | None) -> DataFrame:
     return df if dtype is None else df.cast(dtype)
 
 
+@register_converter
 def from_pandas(data: Any, dtype: dt.DType | None = None) -> Column | DataFrame:
     """A DataFrame from a pandas DataFrame (a Column from a Series); NaN becomes null."""
     import pandas as pd
@@ -74,8 +81,6 @@ def from_pandas(data: Any, dtype: dt.DType | None = None) -> Column | DataFrame:
     if isinstance(data, pd.Series):
         arr = _normalize(pa.array(data, from_pandas=True))
         if dtype is not None:
-            from ember.arrow.column import column
-
             return column(arr, dtype)
         return Column(arr)
     if not isinstance(data, pd.DataFrame):
@@ -91,6 +96,7 @@ def from_pandas(data: Any, dtype: dt.DType | None = None) -> Column | DataFrame:
     return _tight(from_arrow(table), None)
 
 
+@register_converter
 def from_polars(data: Any, dtype: dt.DType | None = None) -> Column | DataFrame:
     """A DataFrame from a polars DataFrame (a Column from a Series), sharing its buffers."""
     import polars as pl
@@ -119,6 +125,7 @@ def _pandas_types(t: pa.DataType):
     return mapping.get(t)
 
 
+@register_method(Column, DataFrame)
 def to_pandas(data: Column | DataFrame):
     """A pandas DataFrame (Series for a Column).
 

@@ -56,6 +56,13 @@ _DTYPE_TO_TORCH = {v: k for k, v in _TORCH_TO_DTYPE.items()}
 _TORCH_BY_NAME = {v.name: k for k, v in _TORCH_TO_DTYPE.items()}
 
 
+class Leaf:
+    """A column as an expression reads it (``dtype``, ``len``, Arrow values in ``_data``);
+    Column derives from it, so this module needs no import of ``column``."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, eq=False)
 class Expr:
     """One op applied to arguments: sub-expressions, leaf columns, or Python scalars.
@@ -75,7 +82,7 @@ class Expr:
             if isinstance(a, Expr):
                 probes.append(torch.empty(0, dtype=a.dtype))
                 nullable = nullable or a.nullable
-            elif _is_column(a):
+            elif isinstance(a, Leaf):
                 probes.append(torch.empty(0, dtype=torch_dtype(a.dtype)))
                 nullable = nullable or a.dtype.nullable
             else:
@@ -118,24 +125,12 @@ def leaves(expr: Expr) -> list:
             if isinstance(a, Expr):
                 seen.add(id(a))
                 walk(a)
-            elif _is_column(a):
+            elif isinstance(a, Leaf):
                 seen.add(id(a))
                 out.append(a)
 
     walk(expr)
     return out
-
-
-_COLUMN: type | None = None
-
-
-def _is_column(x) -> bool:
-    global _COLUMN
-    if _COLUMN is None:
-        from ember.arrow.column import Column
-
-        _COLUMN = Column
-    return isinstance(x, _COLUMN)
 
 
 def plan(expr: Expr, cols: list) -> tuple:
@@ -151,7 +146,7 @@ def plan(expr: Expr, cols: list) -> tuple:
             if id(a) not in done:
                 done[id(a)] = (a.op, tuple(key(x) for x in a.args))
             return done[id(a)]
-        if _is_column(a):
+        if isinstance(a, Leaf):
             return ("col", index[id(a)], a.dtype.name)
         return ("const", as_numpy_scalar(a))
 

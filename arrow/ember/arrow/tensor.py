@@ -5,14 +5,12 @@ contiguous and not boolean); nullable -> ``WithPresence(values, presence)``; lis
 ``PackedList(offsets, values)`` (or a padded tensor with ``PadSequence``); map ->
 ``PackedMap``; struct and DataFrame -> named tuple; string -> list of str.
 ``from_tensor`` builds Arrow arrays from the tensors' memory, never through Python lists.
+``to_tensor`` is registered as a method of Column and DataFrame, ``from_tensor`` as the
+converter ``column()`` and ``transform(format="torch")`` use.
 """
 
 from __future__ import annotations
 
-import functools
-import keyword
-import re
-from collections import namedtuple
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -23,6 +21,11 @@ import torch
 
 from ember.arrow import dtypes as dt
 from ember.arrow import lazy
+from ember.arrow._extend import register_converter, register_method
+from ember.arrow._infer import infer_array
+from ember.arrow.accessors import map_parts
+from ember.arrow.column import Column
+from ember.arrow.dataframe import DataFrame
 
 T = TypeVar("T")
 KT = TypeVar("KT")
@@ -82,22 +85,6 @@ class PadSequence:
         return out if self.batch_first else out.T.contiguous()
 
 
-@functools.lru_cache(maxsize=256)
-def _tuple_type(names: tuple[str, ...]):
-    fixed = []
-    for i, n in enumerate(names):
-        n = re.sub(r"\W", "_", n)
-        if not n or n[0].isdigit() or n.startswith("_") or keyword.iskeyword(n) or n in fixed:
-            n = f"f_{i}_{n}" if n else f"f_{i}"
-        fixed.append(n)
-    return namedtuple("Row", fixed)
-
-
-def struct_tuple_type(dtype: dt.Struct):
-    """The named-tuple class for rows of ``dtype`` (names made valid identifiers)."""
-    return _tuple_type(tuple(f.name for f in dtype.fields))
-
-
 # ---------------------------------------------------------------------- to_tensor
 
 def _presence(arr: pa.Array) -> torch.Tensor:
@@ -112,8 +99,6 @@ def _offsets(arr: pa.Array) -> torch.Tensor:
 
 
 def _convert(arr: pa.Array, dtype: dt.DType):
-    from ember.arrow.column import Column
-
     if isinstance(dtype, dt.String):
         return arr.to_pylist()
     if dtype.nullable and not isinstance(dtype, dt.String):
@@ -127,13 +112,11 @@ def _convert(arr: pa.Array, dtype: dt.DType):
     if isinstance(dtype, dt.List):
         return PackedList(_offsets(arr), _convert(arr.flatten(), dtype.item_dtype))
     if isinstance(dtype, dt.Map):
-        from ember.arrow.accessors import map_parts
-
         offsets, keys, items = map_parts(arr)
         return PackedMap(lazy.values_tensor(offsets.cast(pa.int32())),
                          _convert(keys, dtype.key_dtype), _convert(items, dtype.item_dtype))
     if isinstance(dtype, dt.Struct):
-        tup = struct_tuple_type(dtype)
+        tup = dt.struct_tuple_type(dtype)
         return tup(*(_convert(child, f.dtype) for child, f in zip(arr.flatten(), dtype.fields)))
     raise TypeError(f"to_tensor(): no tensor form for dtype {dtype} ({Column.__name__})")
 
@@ -151,15 +134,13 @@ def _fill_default(arr: pa.Array, dtype: dt.DType) -> pa.Array:
     return arr.fill_null(pa.scalar(0, arr.type).cast(arr.type))
 
 
+@register_method(Column, DataFrame)
 def to_tensor(data, conversion=None):
     """Torch data for a Column or DataFrame by TorchArrow's conventions.
 
     ``conversion`` (e.g. ``PadSequence(...)``) replaces the default for a Column; for a
     DataFrame it applies to every column, or is a dict of conversions by column name.
     """
-    from ember.arrow.column import Column
-    from ember.arrow.dataframe import DataFrame
-
     if isinstance(data, DataFrame):
         if isinstance(conversion, dict):
             for n in conversion:
@@ -167,7 +148,7 @@ def to_tensor(data, conversion=None):
             conv = conversion
         else:
             conv = dict.fromkeys(data.columns, conversion)
-        tup = struct_tuple_type(data.dtype)
+        tup = dt.struct_tuple_type(data.dtype)
         return tup(*(to_tensor(c, conv.get(n)) for n, c in data._cols.items()))
     if not isinstance(data, Column):
         raise TypeError(f"to_tensor(): expected a Column or DataFrame, got "
@@ -241,9 +222,7 @@ def _build(data: Any) -> pa.Array:
         children = [_build(x) for x in data]
         return pa.StructArray.from_arrays(children, names=list(names))
     if isinstance(data, list):
-        from ember.arrow._build import python_to_arrow
-
-        return python_to_arrow(data, None, "from_tensor()")
+        return infer_array(data, "from_tensor()")
     raise TypeError(f"from_tensor(): unsupported data of type {type(data).__name__}")
 
 
@@ -252,11 +231,9 @@ def _nullable_dtype(data: Any, arr: pa.Array) -> dt.DType:
     return base.with_null(isinstance(data, WithPresence) or base.nullable)
 
 
+@register_converter
 def from_tensor(data: Any, dtype: dt.DType | None = None):
     """A Column (DataFrame for a named tuple) from torch data in to_tensor's forms."""
-    from ember.arrow.column import Column
-    from ember.arrow.dataframe import DataFrame
-
     arr = _build(data)
     if isinstance(arr, pa.StructArray) and not isinstance(data, WithPresence):
         df = DataFrame({f.name: Column(arr.field(i)) for i, f in enumerate(arr.type)})
