@@ -1,17 +1,16 @@
-"""The CPU inference fast paths (blocked mel power spectrum, worker threads) against the
-plain torch compositions they replace."""
+"""The CPU inference fast paths (blocked mel power spectrum, blocked resampling on
+``ember.core.parallel``) against the plain torch compositions they replace."""
 
 import itertools
-import threading
 
 import pytest
 import torch
 
-from ember.audio import _workers
 from ember.audio import transforms as T
 from ember.audio.functional import _framed_power as FP
 from ember.audio.functional import melscale_fbanks
 from ember.audio.functional import resampling as R
+from ember.core import parallel
 
 
 @pytest.fixture
@@ -23,7 +22,7 @@ def small_blocks(monkeypatch):
 @pytest.fixture
 def two_threads(monkeypatch):
     """Two torch threads on an (apparently) idle machine: the worker threads do run."""
-    monkeypatch.setattr(_workers, "spare_cores", lambda: 2)
+    monkeypatch.setattr(parallel, "spare_cores", lambda: 2)
     prev = torch.get_num_threads()
     torch.set_num_threads(2)
     yield
@@ -108,93 +107,6 @@ def test_mel_spectrogram_errors_match_the_plain_path():
     with pytest.raises(RuntimeError):  # torch.stft: shorter than one frame without centring
         T.MelSpectrogram(n_fft=400, n_mels=40, center=False)(torch.randn(2, 150))
     assert T.MelSpectrogram(n_fft=256, n_mels=40)(torch.randn(0, 3, 1000)).shape == (0, 3, 40, 8)
-
-
-def test_run_units_runs_each_unit_once_on_single_threaded_threads(two_threads):
-    seen, threads, counts = [], set(), set()
-    lock = threading.Lock()
-    meet = threading.Barrier(2, timeout=30)  # units 0 and 1 can only finish side by side
-
-    def unit(i):
-        if i < 2:
-            meet.wait()
-        with lock:
-            seen.append(i)
-            threads.add(threading.get_ident())
-            counts.add(torch.get_num_threads())
-
-    _workers.run_units(unit, 50)
-    assert sorted(seen) == list(range(50))
-    assert counts == {1} and len(threads) == 2 and threading.get_ident() not in threads
-    assert torch.get_num_threads() == 2  # the caller's setting is untouched
-
-    nested = []
-    _workers.run_units(lambda i: _workers.run_units(nested.append, 3), 4)  # no deadlock
-    assert sorted(nested) == sorted(list(range(3)) * 4)
-
-
-def test_run_units_reraises_a_units_error(two_threads):
-    def unit(i):
-        if i == 3:
-            raise KeyError("unit 3")
-
-    with pytest.raises(KeyError, match="unit 3"):
-        _workers.run_units(unit, 8)
-    assert torch.get_num_threads() == 2
-
-
-def test_spare_cores_counts_other_processes_runnable_threads(monkeypatch):
-    monkeypatch.setattr(_workers, "_CORES", 4)
-    for busy, spare in ((0, 4), (1, 3), (3, 1), (39, 1)):
-        monkeypatch.setattr(_workers, "_spare", (-1.0, 0))  # no cached reading
-        monkeypatch.setattr(_workers, "_busy_elsewhere", lambda b=busy: b)
-        assert _workers.spare_cores() == spare
-    monkeypatch.undo()
-    assert 1 <= _workers.spare_cores() <= _workers._CORES
-
-
-def test_own_spinning_threads_are_not_busy_elsewhere():
-    stop = threading.Event()
-    spinner = threading.Thread(target=lambda: [None for _ in iter(stop.is_set, True)])
-    spinner.start()  # a thread of ours in state R, like an OpenMP worker spinning
-    try:
-        here = max(_workers._runnable_here() for _ in range(50))
-        assert here >= 1
-        assert 0 <= _workers._busy_elsewhere() <= _workers._CORES * 64
-    finally:
-        stop.set()
-        spinner.join()
-
-
-def test_run_units_on_a_busy_machine_uses_one_worker(monkeypatch):
-    monkeypatch.setattr(_workers, "spare_cores", lambda: 1)
-    prev = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        seen = []
-        _workers.run_units(lambda i: seen.append((threading.get_ident(),
-                                                  torch.get_num_threads())), 6)
-        assert len(set(seen)) == 1 and seen[0][1] == 1 and seen[0][0] != threading.get_ident()
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(prev)
-
-
-def test_run_units_inline_with_one_thread():
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        threads = set()
-        _workers.run_units(lambda i: threads.add(threading.get_ident()), 5)
-        assert threads == {threading.get_ident()}
-    finally:
-        torch.set_num_threads(prev)
-
-
-def test_scratch_buffers_are_reused_per_thread():
-    a = _workers.scratch("t", (4, 5), torch.float32)
-    b = _workers.scratch("t", (2, 3), torch.float32)
-    assert a.shape == (4, 5) and b.shape == (2, 3) and a.data_ptr() == b.data_ptr()
 
 
 @pytest.mark.parametrize("spans", [(1, 1), (1, 50), R.SPAN_SAMPLES])

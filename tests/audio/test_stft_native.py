@@ -1,5 +1,6 @@
 """The native float32 STFT-power-projection kernel against float64 torch.stft."""
 
+import importlib.resources
 import itertools
 
 import pytest
@@ -8,8 +9,13 @@ import torch
 from ember.audio.functional import _framed_power as FP
 from ember.audio.functional import _stft_native as N
 
-pytestmark = pytest.mark.skipif(not N.available(400, torch.float32),
-                                reason="no C++ compiler: the native kernel is not built")
+native = pytest.mark.skipif(not N.available(400, torch.float32),
+                            reason="no C++ compiler: the native kernel is not built")
+
+
+def test_the_kernel_source_ships_beside_its_module():
+    source = importlib.resources.files(N.__package__) / "_stft_native.cpp"
+    assert "ember_stft_power_project" in source.read_text(encoding="utf-8")
 
 
 def _reference(x, window, n_fft, hop, pad, center, mode, proj):
@@ -26,6 +32,7 @@ CASES = list(itertools.product(LENGTHS, [16, 37], [0, 9], [True, False],
                                sorted(FP.PAD_MODES)))
 
 
+@native
 @pytest.mark.parametrize("n_fft,hop,pad,center,mode", CASES[::5])
 def test_native_kernel_matches_float64_stft(monkeypatch, n_fft, hop, pad, center, mode):
     monkeypatch.setattr(FP, "BLOCK_FRAMES", 23)  # partial 16-frame groups at every block end
@@ -44,6 +51,7 @@ def test_native_kernel_matches_float64_stft(monkeypatch, n_fft, hop, pad, center
     torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=2e-6 * float(ref.abs().max()))
 
 
+@native
 def test_without_a_compiler_the_torch_path_serves(monkeypatch):
     x = torch.randn(2, 3000, generator=torch.Generator().manual_seed(0))
     window, proj = torch.hann_window(400), torch.rand(10, 201)
@@ -54,6 +62,7 @@ def test_without_a_compiler_the_torch_path_serves(monkeypatch):
     torch.testing.assert_close(native, plain, rtol=1e-5, atol=1e-5 * float(plain.max()))
 
 
+@native
 def test_kernel_serves_float32_and_small_prime_factors_only():
     assert N.available(512, torch.float32) and N.available(2 * 61, torch.float32)
     assert not N.available(400, torch.float64)

@@ -1,5 +1,5 @@
 """CPU fast path: STFT power spectrum times a filterbank, one cache-sized block of frames at a
-time, blocks spread over single-threaded workers (``ember.audio._workers``).
+time, blocks spread over single-threaded workers (``ember.core.parallel``).
 
 Per block: window the strided frames into a reused buffer, ``rfft``, square the interleaved
 (re, im) pairs in place and sum them inside the filterbank GEMMs (the filterbank with each
@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ember.audio._workers import run_units, scratch
 from ember.audio.functional import _stft_native
+from ember.core.parallel import run, scratch
 
 __all__ = ["BLOCK_FRAMES", "PAD_MODES", "band_groups", "stft_power_project"]
 
@@ -116,7 +116,7 @@ def stft_power_project(waveform: Tensor, window: Tensor, n_fft: int, hop_length:
     blocks = -(-n_frames // BLOCK_FRAMES)
 
     def unit(i: int) -> None:
-        with torch.no_grad():  # grad mode is per thread
+        with torch.no_grad():  # inference only: the out= ops must not record autograd
             _block(*divmod(i, blocks))
 
     def _block(r: int, b: int) -> None:
@@ -134,7 +134,7 @@ def stft_power_project(waveform: Tensor, window: Tensor, n_fft: int, hop_length:
             else:
                 dest[m0:m1].zero_()
 
-    run_units(unit, rows * blocks)
+    run(unit, rows * blocks)
     return out
 
 
@@ -157,5 +157,5 @@ def _native(waveform: Tensor, window: Tensor, n_fft: int, hop_length: int, pad: 
                                           hop_length, f0, min(n_frames, f0 + BLOCK_FRAMES),
                                           projection, lo, hi, out[r])
 
-    run_units(unit, rows * blocks)
+    run(unit, rows * blocks)
     return out

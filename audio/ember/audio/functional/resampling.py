@@ -4,7 +4,7 @@ The polyphase kernel for a rate pair is built once (float64, then cast) and cach
 (rates, filter settings, dtype, device). Applying it equals torchaudio's strided ``conv1d``
 but runs as a few GEMMs over strided windows that skip the kernel's zero taps. CPU inference
 cuts each row into cache-sized spans, spread over single-threaded threads
-(``ember.audio._workers``), and computes a span as one ``bmm`` over equal phase groups
+(``ember.core.parallel``), and computes a span as one ``bmm`` over equal phase groups
 whose windows start a fixed step apart; autograd, tracing and other devices take the
 one-shot composition.
 """
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ember.audio._workers import run_units, scratch
 from ember.core.logs import get_logger
+from ember.core.parallel import run, scratch
 
 __all__ = ["apply_sinc_resample_kernel", "polyphase_plan", "resample", "sinc_resample_kernel"]
 
@@ -298,10 +298,10 @@ def _blocked_resample(x: Tensor, orig: int, new: int, kernel: Tensor, width: int
         blocks(r, hi, k1)
 
     def guarded(i: int) -> None:
-        with torch.no_grad():  # grad mode is per thread
+        with torch.no_grad():  # inference only: the out= ops must not record autograd
             unit(i)
 
-    run_units(guarded, rows * units_per_row)
+    run(guarded, rows * units_per_row)
     return out
 
 

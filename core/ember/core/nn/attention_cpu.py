@@ -17,13 +17,9 @@ algorithm in one native call whenever it is available; these tiles are its fallb
 
 from __future__ import annotations
 
-import itertools
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
-
 import torch
 
+from ember.core import parallel
 from ember.core.nn import attention_native
 from ember.core.nn.attention_dropout import keep_scale
 from ember.core.nn.attention_math import repeat_kv
@@ -35,65 +31,15 @@ BLOCK_K = 2048
 THREADED_MIN_ELEMENTS = 1 << 18
 
 _NEG_INF = float("-inf")
-_pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-_pool_size = 0
 
 
-_scratch = threading.local()
-
-
-def _tile_buffer(slot: int, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+def _tile_buffer(slot: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
     """A per-thread reusable tile (fresh tiles of ~1 MB each cost page faults every time)."""
-    numel = 1
-    for d in shape:
-        numel *= d
-    key = (slot, like.dtype, like.device)
-    buffers = getattr(_scratch, "buffers", None)
-    if buffers is None:
-        buffers = _scratch.buffers = {}
-    buf = buffers.get(key)
-    if buf is None or buf.numel() < numel:
-        buf = buffers[key] = torch.empty(numel, dtype=like.dtype, device=like.device)
-    return buf[:numel].view(shape)
+    return parallel.scratch(("attention", slot), shape, like.dtype, like.device)
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _init_worker() -> None:
-    torch.get_num_threads()  # run this thread's lazy thread-count init before overriding it
-    torch.set_num_threads(1)
-
-
-def _workers() -> ThreadPoolExecutor | None:
-    """A pool of single-intra-op-thread workers, one per intra-op thread (None if that is 1)."""
-    global _pool, _pool_size
-    size = torch.get_num_threads()
-    if size <= 1:
-        return None
-    with _pool_lock:
-        if _pool is None or _pool_size != size:
-            if _pool is not None:
-                _pool.shutdown(wait=True)
-            _pool = ThreadPoolExecutor(size, thread_name_prefix="ember-attention",
-                                       initializer=_init_worker)
-            barrier = threading.Barrier(size)
-            for f in [_pool.submit(barrier.wait) for _ in range(size)]:
-                f.result()
-            torch.set_num_threads(size)  # the workers' setting must not become the default
-            _pool_size = size
-    return _pool
-
-
-def _forget_pool() -> None:
-    """In a forked child the workers do not exist: start a new pool on demand."""
-    global _pool, _pool_lock, _pool_size
-    _pool, _pool_size, _pool_lock = None, 0, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _run(units: list, fn, device: torch.device, spread: bool) -> None:
@@ -103,29 +49,20 @@ def _run(units: list, fn, device: torch.device, spread: bool) -> None:
     cores that other processes are using); otherwise one worker runs them all, which keeps
     small ops single-threaded.
     """
-    pool = _workers() if device.type == "cpu" else None
-    if pool is None:
+    if device.type != "cpu":
         for unit in units:
             fn(0, unit)
         return
-    counter = itertools.count()  # next() on it is atomic under the GIL
-
-    def work(w):
-        with torch.no_grad():  # grad mode is per thread; kernels never record autograd
-            for i in counter:
-                if i >= len(units):
-                    return
-                fn(w, units[i])
-
-    for f in [pool.submit(work, w) for w in range(_pool_size if spread else 1)]:
-        f.result()
+    with torch.no_grad():  # kernels never record autograd (workers take the caller's mode)
+        parallel.run_slots(lambda w, i: fn(w, units[i]), len(units),
+                           workers=spread_workers(device, spread))
 
 
 def spread_workers(device: torch.device, spread: bool) -> int:
     """How many workers :func:`_run` will use."""
-    if device.type != "cpu" or not spread or _workers() is None:
+    if device.type != "cpu" or not spread:
         return 1
-    return _pool_size
+    return max(1, torch.get_num_threads())
 
 
 class _Tiles:
@@ -164,7 +101,7 @@ class _Tiles:
         return [(j0, min(end, j0 + self.block_k)) for j0 in range(0, end, self.block_k)]
 
     def scores(self, h0: int, h1: int, i0: int, i1: int, j0: int, j1: int,
-               slot: int = 0) -> torch.Tensor:
+               slot: str = "scores") -> torch.Tensor:
         """Scaled, masked ``q k^T`` tile ``[h1-h0, i1-i0, j1-j0]`` in this thread's buffer."""
         s = _tile_buffer(slot, (h1 - h0, i1 - i0, j1 - j0), self.q)
         torch.bmm(self.q[h0:h1, i0:i1], self.k[h0:h1, j0:j1].transpose(1, 2), out=s)
@@ -276,7 +213,7 @@ def backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
             keep = t.dropout(h0, h1, i0, i1, j0, j1)
             p_dropped = p if keep is None else p * keep
             dv[h0:h1, j0:j1].baddbmm_(p_dropped.transpose(1, 2), go_i)
-            dp = _tile_buffer(1, p.shape, p)
+            dp = _tile_buffer("dp", p.shape, p)
             torch.bmm(go_i, t.v[h0:h1, j0:j1].transpose(1, 2), out=dp)
             if keep is not None:
                 dp.mul_(keep)

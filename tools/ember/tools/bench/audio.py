@@ -21,7 +21,7 @@ import torch
 
 from ember.audio import load
 from ember.audio import transforms as T
-from ember.audio._workers import spare_cores
+from ember.core.parallel import spare_cores
 from ember.tools.bench.harness import BenchResult, compare_timings
 
 

@@ -1,8 +1,8 @@
 """Image decode/encode with torchvision.io's API, on Pillow.
 
 Decoded images are contiguous ``[C, H, W]`` tensors (uint8; uint16 for 16-bit PNGs), pixel
-for pixel what Pillow gives in the same mode. Lists decode on a thread pool: Pillow releases
-the GIL while decoding, so a batch uses every core.
+for pixel what Pillow gives in the same mode. Lists decode on worker threads
+(``ember.core.parallel``): Pillow releases the GIL while decoding, so a batch uses every core.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import enum
 import io
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 from PIL import GifImagePlugin, Image, ImageOps, JpegImagePlugin, PngImagePlugin, WebPImagePlugin
 
+from ember.core import parallel
 from ember.vision.io._limits import (
     DecodeError,
     DecodeLimitError,
@@ -318,33 +318,25 @@ def _gif_frames(im: Image.Image, mode: ImageReadMode, op: str) -> torch.Tensor:
     return frames[0] if len(frames) == 1 else torch.stack(frames)
 
 
-_pool: ThreadPoolExecutor | None = None
-
-
-def _threads() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        _pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1,
-                                   thread_name_prefix="ember-image")
-    return _pool
-
-
-def _forget_pool() -> None:
-    """A forked child inherits the pool object but not its threads: start a new one there."""
-    global _pool
-    _pool = None
-
-
-os.register_at_fork(after_in_child=_forget_pool)
-
-
 def _map_batch(fn: Callable, items: Sequence, op: str) -> list:
-    """``fn`` over ``items`` on the thread pool; an error names the index of the bad item."""
+    """``fn`` over ``items`` on a thread per core; an error names the index of the bad item
+    (the lowest such index when several fail)."""
     if len(items) <= 1:
         return [_indexed(fn, item, i, op) for i, item in enumerate(items)]
-    futures = [_threads().submit(_indexed, fn, item, i, op) for i, item in enumerate(items)]
-    return [f.result() for f in futures]
+    results: list = [None] * len(items)
+    errors: list[BaseException | None] = [None] * len(items)
+
+    def unit(i: int) -> None:
+        try:
+            results[i] = _indexed(fn, items[i], i, op)
+        except BaseException as exc:  # every item runs; the first bad one is raised below
+            errors[i] = exc
+
+    parallel.run(unit, len(items), workers=min(parallel.cores(), len(items)))
+    for exc in errors:
+        if exc is not None:
+            raise exc
+    return results
 
 
 def _indexed(fn: Callable, item, index: int, op: str):

@@ -7,6 +7,9 @@ loaded only after its bytes match the SHA-256 written beside it at build time (a
 altered file would crash the process inside ``dlopen``), and only if it names its own key (a
 valid library of another graph moved under this key would silently compute something else);
 anything else is rebuilt with a warning.
+
+``load_source(package, name)`` does the same for a hand-written ``.cpp`` file shipped inside
+a package (package data), together with the ``.h`` files beside it that it includes.
 """
 
 from __future__ import annotations
@@ -15,11 +18,14 @@ import ctypes
 import ctypes.util
 import functools
 import hashlib
+import importlib.resources
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 
+from ember.core import parallel
 from ember.core.compiler.runtime import cache, isa
 from ember.core.logs import get_logger
 
@@ -65,8 +71,10 @@ def _digest(path) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def _build(source: str, target, build_flags: list[str]) -> ctypes.CDLL:
-    """Compile ``source`` into the cache entry ``target`` and load it.
+def _build(source: str, target, build_flags: list[str], name: str = "k.cpp",
+           headers: dict[str, str] | None = None) -> ctypes.CDLL:
+    """Compile ``source`` (written as ``name``, with ``headers`` beside it) into the cache
+    entry ``target`` and load it.
 
     The library is loaded under its unique build path, before it moves into place: dlopen
     hands back any library it already mapped under the same path, which after a rejected
@@ -74,10 +82,11 @@ def _build(source: str, target, build_flags: list[str]) -> ctypes.CDLL:
     global builds
     cxx, _ = compiler()
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        src = os.path.join(tmp, "k.cpp")
+        src = os.path.join(tmp, name)
         so = os.path.join(tmp, "k.so")
-        with open(src, "w") as f:
-            f.write(source)
+        for file, text in {**(headers or {}), name: source}.items():
+            with open(os.path.join(tmp, file), "w") as f:
+                f.write(text)
         libs = ["-lmvec"] if has_libmvec() else []
         proc = subprocess.run([cxx, *build_flags, src, "-o", so, *libs], capture_output=True,
                               text=True)
@@ -117,11 +126,53 @@ def _names_key(lib: ctypes.CDLL, k: str) -> bool:
 
 def load(source: str, options: dict | None = None) -> ctypes.CDLL:
     """The library of ``source`` built for the instruction-set level ``options`` select."""
+    return _load(source, options)
+
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
+
+
+def _package_sources(package: str, name: str) -> dict[str, str]:
+    """``name`` and every header it includes with quotes (transitively), read from the
+    package's files; a quoted include must name a file beside it."""
+    root = importlib.resources.files(package)
+    files: dict[str, str] = {}
+    todo = [name]
+    while todo:
+        file = todo.pop()
+        if file in files:
+            continue
+        if os.path.basename(file) != file or file in (".", ".."):
+            raise BuildError(f"{package}: {file!r} must name a file beside {name}")
+        try:
+            files[file] = (root / file).read_text(encoding="utf-8")
+        except OSError as e:
+            raise BuildError(f"{package} has no C++ source {file!r} ({e}); is it package "
+                             "data?") from e
+        todo += _INCLUDE.findall(files[file])
+    return files
+
+
+def load_source(package: str, name: str, options: dict | None = None) -> ctypes.CDLL:
+    """The library built from the C++ file ``name`` shipped in ``package`` (package data),
+    cached and checked as :func:`load` does; the cache key covers the headers it includes.
+
+    Raises :class:`BuildError` (no compiler, a compile error, a missing file); callers that
+    have a torch-op path log it and keep that path."""
+    files = _package_sources(package, name)
+    source = files.pop(name)
+    return _load(source, options, name, files)
+
+
+def _load(source: str, options: dict | None, name: str = "k.cpp",
+          headers: dict[str, str] | None = None) -> ctypes.CDLL:
     cxx, version = compiler()
     level = isa.selected(options)
     build_flags = flags(options)
+    # the key of a bare source (``load``) is what it has always been
+    files = [] if headers is None else [name, *(p for h in sorted(headers.items()) for p in h)]
     k = cache.key(source, " ".join(build_flags), cxx, version, isa.target_id(cxx, level),
-                  str(has_libmvec()))
+                  str(has_libmvec()), *files)
     if k in _loaded:
         return _loaded[k]
     source = f'{source}\nextern "C" const char {KEY_SYMBOL}[] = "{k}";\n'
@@ -142,7 +193,7 @@ def load(source: str, options: dict | None = None) -> ctypes.CDLL:
         log.warning("cache entry %s is not used: %s; rebuilding it", target, problem)
     else:
         log.debug("cache miss %s", target)
-    lib = _build(source, target, build_flags)
+    lib = _build(source, target, build_flags, name, headers)
     _loaded[k] = lib
     return lib
 
@@ -159,4 +210,4 @@ def _serial_after_fork() -> None:
         pass  # no libgomp loaded: no OpenMP team to lose
 
 
-os.register_at_fork(after_in_child=_serial_after_fork)
+parallel.after_fork_in_child(_serial_after_fork)

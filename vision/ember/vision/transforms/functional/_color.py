@@ -5,11 +5,10 @@ Integer images are computed in float32 and converted back by truncation, as torc
 
 from __future__ import annotations
 
-import threading
-
 import torch
 import torch.nn.functional as tF
 
+from ember.core import parallel
 from ember.vision import tv_tensors
 from ember.vision.transforms.functional._registry import (
     dispatcher,
@@ -170,7 +169,6 @@ def _mod6(x: torch.Tensor) -> torch.Tensor:
     return x - 6.0 * torch.floor(x * (1.0 / 6.0))
 
 
-_scratch = threading.local()
 _SCRATCH_LIMIT = 1 << 21  # elements per buffer; larger calls allocate fresh
 
 
@@ -182,12 +180,7 @@ def _workspace(count: int, shape, dtype, device) -> list[torch.Tensor]:
         numel *= int(d)
     if torch.compiler.is_compiling() or device.type != "cpu" or numel > _SCRATCH_LIMIT:
         return [torch.empty(shape, dtype=dtype, device=device) for _ in range(count)]
-    key = (tuple(shape), dtype)
-    cache = getattr(_scratch, "buffers", None)
-    if cache is None or cache[0] != key or len(cache[1]) < count:
-        cache = (key, [torch.empty(shape, dtype=dtype) for _ in range(count)])
-        _scratch.buffers = cache
-    return cache[1][:count]
+    return [parallel.scratch(("color", i), tuple(shape), dtype) for i in range(count)]
 
 
 def _shift_hue(img: torch.Tensor, factor, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import enum
-import os
-import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
+
+from ember.core import parallel
 
 
 class InterpolationMode(enum.Enum):
@@ -89,76 +88,7 @@ def from_float(out: torch.Tensor, dtype: torch.dtype, *, round_: bool = True) ->
     return out.clamp_(0, max_value(dtype)).to(dtype)
 
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-_state = threading.local()
-
-
-def _forget_pool() -> None:
-    """A forked child (a DataLoader worker) inherits the pool but not its threads."""
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool)
-
-
-def _single_thread_run(fn: Callable[[int], None], indices) -> None:
-    torch.set_num_threads(1)
-    _state.busy = True
-    try:
-        for i in indices:
-            fn(i)
-    finally:
-        _state.busy = False
-
-
-class _Counter:
-    """A shared work queue of 0..n-1: threads take the next index (dynamic scheduling keeps
-    every thread busy when the machine is shared)."""
-
-    def __init__(self, n: int) -> None:
-        self.n, self.next, self.lock = n, 0, threading.Lock()
-
-    def __iter__(self):
-        while True:
-            with self.lock:
-                i = self.next
-                self.next += 1
-            if i >= self.n:
-                return
-            yield i
-
-
 def per_image_parallel(fn: Callable[[int], None], n: int) -> None:
-    """Run ``fn(i)`` for i < n on torch's thread count of threads (the caller's included),
-    one intra-op thread each: small per-image kernels lose badly to OpenMP spin-waits and
-    team wake-ups otherwise. The caller's thread setting is restored."""
-    global _pool
-    if n <= 0:
-        return
-    prev = torch.get_num_threads()
-    if torch.compiler.is_compiling() or getattr(_state, "busy", False):
-        for i in range(n):  # traced, or nested inside a parallel run: stay on this thread
-            fn(i)
-        return
-    workers = max(1, min(prev, n))
-    work = _Counter(n)
-    try:
-        if workers == 1:  # no hand-off to a pool thread
-            _single_thread_run(fn, work)
-            return
-        with _pool_lock:
-            if _pool is None or _pool._max_workers < workers - 1:
-                _pool = ThreadPoolExecutor(max(workers - 1, prev - 1),
-                                           thread_name_prefix="ember-vision")
-        futures = [_pool.submit(_single_thread_run, fn, work) for _ in range(workers - 1)]
-        try:
-            _single_thread_run(fn, work)
-        finally:
-            for f in futures:
-                f.result()
-    finally:
-        torch.set_num_threads(prev)  # also the default for threads started later
+    """Run ``fn(i)`` for i < n on torch's thread count of threads, one intra-op thread each:
+    small per-image kernels lose badly to OpenMP spin-waits and team wake-ups otherwise."""
+    parallel.run(fn, n, workers=min(torch.get_num_threads(), n))
