@@ -191,3 +191,20 @@ def test_add_noise_reaches_requested_snr():
         assert got.item() == pytest.approx(snr[i].item(), abs=1e-3)
     with pytest.raises(ValueError, match="snr"):
         F.add_noise(wav, noise, torch.tensor(3.0))
+
+
+def test_add_noise_broadcasts_leading_dims():
+    # as torchaudio: one noise row (or one snr) for a batch; equal to the expanded call
+    g = torch.Generator().manual_seed(1)
+    wav, noise = torch.randn(3, 2, 500, generator=g), torch.randn(1, 2, 500, generator=g)
+    snr, lengths = torch.tensor([[0.0], [6.0], [12.0]]), torch.tensor([[500, 300]])
+    expect = F.add_noise(wav, noise.expand(3, 2, 500), snr.expand(3, 2),
+                         lengths.expand(3, 2))
+    torch.testing.assert_close(F.add_noise(wav, noise, snr, lengths), expect, rtol=0, atol=0)
+    added = F.add_noise(wav, noise, snr) - wav
+    got = 10 * torch.log10(wav.pow(2).sum(-1) / added.pow(2).sum(-1))
+    torch.testing.assert_close(got, snr.expand(3, 2), atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="broadcast"):
+        F.add_noise(wav, torch.randn(2, 2, 500), snr)
+    with pytest.raises(ValueError, match="length"):
+        F.add_noise(wav, torch.randn(3, 2, 499), snr)

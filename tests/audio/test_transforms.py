@@ -53,6 +53,12 @@ def test_inverse_spectrogram_round_trip():
     spec = T.Spectrogram(n_fft=256, pad=50, power=None)(x)
     torch.testing.assert_close(T.InverseSpectrogram(n_fft=256, pad=50)(spec, length=3000), x,
                                atol=1e-5, rtol=0)
+    # without a length the padding stays, as in torchaudio: the padded signal comes back
+    padded = torch.nn.functional.pad(x, (50, 50))
+    spec = T.Spectrogram(n_fft=256, hop_length=64, pad=50, power=None)(x)
+    back = T.InverseSpectrogram(n_fft=256, hop_length=64, pad=50)(spec)
+    assert back.shape[-1] == 64 * (spec.shape[-1] - 1) == 3072   # istft's own length
+    torch.testing.assert_close(back, padded[..., :3072], atol=1e-5, rtol=0)
 
 
 def test_griffinlim_recovers_a_consistent_signal():
@@ -111,6 +117,23 @@ def test_frequency_and_time_masking():
     assert set(out.unique().tolist()) <= {1.0, -5.0}
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_mask_along_axis_iid_draws_in_input_dtype(dtype):
+    # torchaudio draws widths and starts with torch.rand in the input's dtype; under one seed
+    # the bands must be the ones those draws give (float64 draws consume other random bits)
+    spec = torch.rand(3, 2, 40, 50, dtype=dtype) + 1
+    torch.manual_seed(7)
+    out = F.mask_along_axis_iid(spec, 17, 0.0, axis=3)
+    torch.manual_seed(7)
+    width = torch.rand(3, 2, dtype=dtype) * 17
+    start = torch.rand(3, 2, dtype=dtype) * (50 - width)
+    lo, hi = start.long().numpy(), (start.long() + width.long()).numpy()
+    cols = np.arange(50)
+    expect = (cols >= lo[..., None]) & (cols < hi[..., None])  # (3, 2, time)
+    np.testing.assert_array_equal((out == 0).all(dim=-2).numpy(), expect)
+    assert expect.any()
+
+
 def test_specaugment_masks_with_mean_or_zero():
     torch.manual_seed(0)
     spec = torch.rand(3, 40, 200) + 1
@@ -138,6 +161,15 @@ def test_fade_shapes():
         T.Fade(10, 10, "cubic")
     with pytest.raises(ValueError, match="fade lengths"):
         T.Fade(2000)(x)
+
+
+def test_fade_exponential_is_torchaudio_curve():
+    # torchaudio >= 2.1: in 2^(f-1) * f, out 2^-f * (1 - f) on f = linspace(0, 1); both reach 0
+    f_in, f_out = np.linspace(0, 1, 60), np.linspace(0, 1, 90)
+    env = T.Fade(60, 90, "exponential")(torch.ones(400, dtype=torch.float64)).numpy()
+    np.testing.assert_allclose(env[:60], 2.0 ** (f_in - 1) * f_in, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(env[-90:], 2.0 ** -f_out * (1 - f_out), rtol=1e-12, atol=0)
+    assert env[0] == 0 and env[-1] == 0 and (env[60:-90] == 1).all()
 
 
 def test_vol_gain_types():

@@ -42,7 +42,7 @@ def mu_law_decoding(x_mu: Tensor, quantization_channels: int) -> Tensor:
 def _fade_in_curve(ramp: Tensor, shape: str) -> Tensor:
     curves = {
         "linear": lambda f: f,
-        "exponential": lambda f: torch.pow(2, (f - 1) * 5),
+        "exponential": lambda f: torch.pow(2, f - 1) * f,
         "logarithmic": lambda f: torch.log10(0.1 + f) + 1,
         "quarter_sine": lambda f: torch.sin(f * math.pi / 2),
         "half_sine": lambda f: torch.sin(f * math.pi - math.pi / 2) / 2 + 0.5,
@@ -53,7 +53,7 @@ def _fade_in_curve(ramp: Tensor, shape: str) -> Tensor:
 def _fade_out_curve(ramp: Tensor, shape: str) -> Tensor:
     curves = {
         "linear": lambda f: 1 - f,
-        "exponential": lambda f: torch.pow(2, -f * 5),
+        "exponential": lambda f: torch.pow(2, -f) * (1 - f),
         "logarithmic": lambda f: torch.log10(1.1 - f) + 1,
         "quarter_sine": lambda f: torch.sin(f * math.pi / 2 + math.pi / 2),
         "half_sine": lambda f: torch.sin(f * math.pi + math.pi / 2) / 2 + 0.5,

@@ -333,19 +333,33 @@ def compute_deltas(specgram: Tensor, win_length: int = 5, mode: str = "replicate
 
 def add_noise(waveform: Tensor, noise: Tensor, snr: Tensor,
               lengths: Tensor | None = None) -> Tensor:
-    """Add ``noise`` scaled so that the signal-to-noise ratio is ``snr`` dB (per item)."""
-    if waveform.shape != noise.shape:
-        raise ValueError(f"waveform {tuple(waveform.shape)} and noise {tuple(noise.shape)} "
-                         f"must have the same shape")
-    if snr.shape != waveform.shape[:-1]:
-        raise ValueError(f"snr must have shape {tuple(waveform.shape[:-1])}, "
-                         f"got {tuple(snr.shape)}")
-    if lengths is not None and lengths.shape != waveform.shape[:-1]:
-        raise ValueError(f"lengths must have shape {tuple(waveform.shape[:-1])}, "
-                         f"got {tuple(lengths.shape)}")
+    """Add ``noise`` scaled so that the signal-to-noise ratio is ``snr`` dB (per item).
+
+    ``waveform`` and ``noise`` are ``(..., L)`` and ``snr``/``lengths`` ``(...)`` with the same
+    number of leading dims; those broadcast against each other, as in torchaudio.
+    """
+    lead = waveform.ndim - 1
+    if not (noise.ndim - 1 == snr.ndim == lead and (lengths is None or lengths.ndim == lead)):
+        raise ValueError(
+            f"waveform {tuple(waveform.shape)} and noise {tuple(noise.shape)} must be (..., L) "
+            f"and snr {tuple(snr.shape)}"
+            + ("" if lengths is None else f" and lengths {tuple(lengths.shape)}")
+            + " (...,) with the same number of leading dims")
+    if noise.shape[-1] != waveform.shape[-1]:
+        raise ValueError(f"waveform and noise must have the same length, got "
+                         f"{waveform.shape[-1]} and {noise.shape[-1]}")
+    shapes = [waveform.shape[:-1], noise.shape[:-1], snr.shape]
+    shapes += [] if lengths is None else [lengths.shape]
+    try:
+        torch.broadcast_shapes(*shapes)
+    except RuntimeError as err:
+        raise ValueError(f"leading dims do not broadcast: waveform {tuple(waveform.shape)}, "
+                         f"noise {tuple(noise.shape)}, snr {tuple(snr.shape)}"
+                         + ("" if lengths is None else f", lengths {tuple(lengths.shape)}")
+                         ) from err
     sig, nse = waveform, noise
     if lengths is not None:
-        mask = torch.arange(waveform.shape[-1], device=waveform.device) < lengths.unsqueeze(-1)
+        mask = torch.arange(waveform.shape[-1], device=lengths.device) < lengths.unsqueeze(-1)
         sig, nse = waveform * mask, noise * mask
     energy_sig = torch.linalg.vector_norm(sig, ord=2, dim=-1) ** 2
     energy_noise = torch.linalg.vector_norm(nse, ord=2, dim=-1) ** 2

@@ -35,8 +35,11 @@ def mask_along_axis_iid(specgrams: Tensor, mask_param: int, mask_value: float, a
     if mask_param < 1:
         return specgrams
     lead = specgrams.shape[: dim - 2]
-    value = torch.rand(lead, device=specgrams.device) * mask_param
-    start = torch.rand(lead, device=specgrams.device) * (size - value)
+    # drawn in the input's dtype, as torchaudio does: float64 inputs consume other random bits
+    kw = dict(device=specgrams.device, dtype=specgrams.dtype if specgrams.is_floating_point()
+              else None)
+    value = torch.rand(lead, **kw) * mask_param
+    start = torch.rand(lead, **kw) * (size - value)
     start, width = start.long()[..., None], value.long()[..., None]
     mask = _band(size, start, width, specgrams.device)  # (*lead, size)
     mask = mask.unsqueeze(-1) if axis == dim - 2 else mask.unsqueeze(-2)

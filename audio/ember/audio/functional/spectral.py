@@ -117,7 +117,7 @@ def inverse_spectrogram(
                       window=window, center=center, normalized=frame_length_norm,
                       onesided=onesided, length=length + 2 * pad if length is not None else None,
                       return_complex=False)
-    if pad > 0:
+    if pad > 0 and length is not None:  # as torchaudio: without a length the padding stays
         out = out[:, pad:-pad]
     return out.reshape(shape[:-2] + out.shape[-1:])
 
