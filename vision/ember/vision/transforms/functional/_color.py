@@ -120,41 +120,6 @@ def adjust_saturation(inpt, saturation_factor):
     """Blend with the grayscale image."""
 
 
-def _rgb_to_hsv(img: torch.Tensor) -> torch.Tensor:
-    r, g, _ = img.unbind(-3)
-    maxc, minc = img.amax(-3), img.amin(-3)
-    same = maxc == minc
-    rng = maxc - minc
-    s = rng / torch.where(same, torch.ones_like(maxc), maxc)
-    div = torch.where(same, torch.ones_like(rng), rng).unsqueeze(-3)
-    rc, gc, bc = ((maxc.unsqueeze(-3) - img) / div).unbind(-3)
-    is_r = maxc == r
-    is_g = (maxc == g) & ~is_r
-    is_b = ~is_r & ~is_g
-    h = is_r * (bc - gc) + is_g * (2.0 + rc - bc) + is_b * (4.0 + gc - rc)
-    h = torch.fmod(h / 6.0 + 1.0, 1.0)
-    return torch.stack([h, s, maxc], -3)
-
-
-# for sector i of the hue circle, which of (v, p, q, t) is r, g and b
-_HSV_SELECT = torch.tensor([[0, 2, 1, 1, 3, 0], [3, 0, 0, 2, 1, 1], [1, 1, 3, 0, 0, 2]])
-
-
-def _hsv_to_rgb(img: torch.Tensor) -> torch.Tensor:
-    h, s, v = img.unbind(-3)
-    h6 = h * 6
-    i = h6.floor()
-    f = h6 - i
-    i = i.long().remainder(6)
-    p = (v * (1.0 - s)).clamp(0, 1)
-    q = (v * (1.0 - s * f)).clamp(0, 1)
-    t = (v * (1.0 - s * (1.0 - f))).clamp(0, 1)
-    vpqt = torch.stack([v, p, q, t], -3)
-    sel = _HSV_SELECT.to(img.device)[:, i]  # [3, ..., H, W]
-    sel = sel.movedim(0, -3)
-    return vpqt.gather(-3, sel)
-
-
 def _to_unit_float(img):
     return img if img.is_floating_point() else img.to(torch.float32) / max_value(img.dtype)
 
@@ -163,10 +128,6 @@ def _from_unit_float(out, dtype):
     if dtype.is_floating_point:
         return out.to(dtype)
     return out.mul(max_value(dtype) + 1.0 - 1e-3).to(dtype)
-
-
-def _mod6(x: torch.Tensor) -> torch.Tensor:
-    return x - 6.0 * torch.floor(x * (1.0 / 6.0))
 
 
 _SCRATCH_LIMIT = 1 << 21  # elements per buffer; larger calls allocate fresh

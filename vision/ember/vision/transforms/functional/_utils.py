@@ -75,10 +75,6 @@ def is_batched_param(*values) -> bool:
     return any(isinstance(v, torch.Tensor) and v.ndim > 0 for v in values)
 
 
-def to_float(img: torch.Tensor) -> torch.Tensor:
-    return img if img.is_floating_point() else img.to(torch.float32)
-
-
 def from_float(out: torch.Tensor, dtype: torch.dtype, *, round_: bool = True) -> torch.Tensor:
     """Back to ``dtype``: integer outputs are rounded (or truncated) and clamped to range."""
     if dtype.is_floating_point:
