@@ -13,7 +13,7 @@ def test_quick_bench_table():
         (length, p) for length in (64, 128) for p in ("fwd", "fwd+bwd")}
     ours = [row for row in result.rows if row[2] == "ember"]
     assert all(row[3] > 0 and row[4] > 0 for row in ours)
-    assert any("CUDA device" in note for note in result.notes)
+    assert any("ember bench attention-gpu" in note for note in result.notes)
 
 
 def test_memory_probe_orders_math_above_ember():
