@@ -441,6 +441,9 @@ def test_batched_error_names_the_index():
         vio.decode_jpeg(items)
     with pytest.raises(ValueError, match="item 1 of the batch.*empty"):
         vio.decode_jpeg([SOURCES["jpeg_rgb"], torch.empty(0, dtype=torch.uint8)])
+    bad = SOURCES["jpeg_rgb"][:100].clone()
+    with pytest.raises(RuntimeError, match="item 1 of the batch"):  # the lowest bad index
+        vio.decode_jpeg([SOURCES["jpeg_rgb"], bad] + [SOURCES["jpeg_rgb"], bad] * 8)
 
 
 def test_bad_encode_arguments():
