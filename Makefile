@@ -14,8 +14,16 @@ PEERS_PY    := $(PEERS_VENV)/bin/python
 PEERS_PIP   := $(PEERS_PY) -m pip --disable-pip-version-check -q
 PEERS_STAMP := $(PEERS_VENV)/.ember-peers-installed
 PEERS_PINS  := tests/peers/constraints.txt
+# The audio parity suite's: torch 2.9.1 + the real torchaudio 2.9.1, with ember-core and
+# ember-audio editable (tests/peers/audio/constraints.txt pins torch).
+PEERS_AUDIO_VENV  ?= .venv-peers-audio
+PEERS_AUDIO_PY    := $(PEERS_AUDIO_VENV)/bin/python
+PEERS_AUDIO_PIP   := $(PEERS_AUDIO_PY) -m pip --disable-pip-version-check -q
+PEERS_AUDIO_STAMP := $(PEERS_AUDIO_VENV)/.ember-peers-installed
+PEERS_AUDIO_PINS  := tests/peers/audio/constraints.txt
 
-.PHONY: venv test test-all test-peers lint demo bench wheels clean
+.PHONY: venv test test-all test-peers test-peers-vision test-peers-audio lint demo bench \
+	wheels clean
 
 venv: $(STAMP)
 
@@ -34,9 +42,22 @@ $(PEERS_STAMP): $(PEERS_PINS) core/pyproject.toml vision/pyproject.toml
 	$(PEERS_PIP) install -c $(PEERS_PINS) -e ./core -e ./vision pytest
 	@touch $(PEERS_STAMP)
 
-# ember.vision against the real torchvision (tests/peers; skipped by `make test`).
-test-peers: $(PEERS_STAMP)
-	$(PEERS_PY) -m pytest tests/peers
+$(PEERS_AUDIO_STAMP): $(PEERS_AUDIO_PINS) core/pyproject.toml audio/pyproject.toml
+	@test -x $(PEERS_AUDIO_PY) || $(PYTHON) -m venv $(PEERS_AUDIO_VENV)
+	$(PEERS_AUDIO_PIP) install -c $(PEERS_AUDIO_PINS) torch==2.9.1 torchaudio==2.9.1
+	$(PEERS_AUDIO_PIP) install -c $(PEERS_AUDIO_PINS) -e ./core -e ./audio pytest scipy
+	@touch $(PEERS_AUDIO_STAMP)
+
+# Both parity suites, each in its own environment (tests/peers; skipped by `make test`).
+test-peers: test-peers-vision test-peers-audio
+
+# ember.vision against the real torchvision.
+test-peers-vision: $(PEERS_STAMP)
+	$(PEERS_PY) -m pytest tests/peers --ignore=tests/peers/audio
+
+# ember.audio against the real torchaudio (tests/peers/audio).
+test-peers-audio: $(PEERS_AUDIO_STAMP)
+	$(PEERS_AUDIO_PY) -m pytest tests/peers/audio
 
 test-all: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile
