@@ -141,3 +141,18 @@ def test_functional_resample_traces_without_graph_breaks():
     x = torch.randn(2, 4410)
     fn = torch.compile(lambda v: F.resample(v, 44100, 16000), backend="eager", fullgraph=True)
     torch.testing.assert_close(fn(x), F.resample(x, 44100, 16000))
+
+
+@pytest.mark.parametrize("legacy,name", [("sinc_interpolation", "sinc_interp_hann"),
+                                         ("kaiser_window", "sinc_interp_kaiser")])
+def test_legacy_method_names_warn_and_map(legacy, name):
+    # torchaudio < 2.0's names (renamed in pytorch/audio#2922, "numerical behavior unchanged")
+    x = torch.randn(2, 4410, generator=torch.Generator().manual_seed(0))
+    with pytest.warns(UserWarning, match=name):
+        got = F.resample(x, 44100, 16000, resampling_method=legacy)
+    torch.testing.assert_close(got, F.resample(x, 44100, 16000, resampling_method=name),
+                               rtol=0, atol=0)
+    with pytest.warns(UserWarning, match=name):
+        tr = T.Resample(44100, 16000, resampling_method=legacy)
+    torch.testing.assert_close(tr(x), T.Resample(44100, 16000, resampling_method=name)(x),
+                               rtol=0, atol=0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 import weakref
 from dataclasses import dataclass
 
@@ -25,6 +26,8 @@ from ember.core.parallel import run, scratch
 __all__ = ["apply_sinc_resample_kernel", "polyphase_plan", "resample", "sinc_resample_kernel"]
 
 _METHODS = ("sinc_interp_hann", "sinc_interp_kaiser")
+# torchaudio's names before 2.0, still accepted there with a warning
+_LEGACY_METHODS = {"sinc_interpolation": "sinc_interp_hann", "kaiser_window": "sinc_interp_kaiser"}
 _KAISER_BETA = 14.769656459379492  # torchaudio's default: ~ -120 dB stopband
 _log = get_logger("audio")
 # input samples per unit of work on the blocked CPU path: large spans amortise the per-call
@@ -75,6 +78,10 @@ def sinc_resample_kernel(orig_freq: int, new_freq: int, lowpass_filter_width: in
                          device: torch.device | str = "cpu") -> tuple[Tensor, int]:
     """Polyphase kernel ``(new/g, 1, taps)`` and its half-width for rates reduced by their gcd."""
     orig, new = _check_rates(orig_freq, new_freq)
+    if resampling_method in _LEGACY_METHODS:
+        warnings.warn(f"resampling_method {resampling_method!r} is deprecated; use "
+                      f"{_LEGACY_METHODS[resampling_method]!r} (same result)", stacklevel=3)
+        resampling_method = _LEGACY_METHODS[resampling_method]
     if resampling_method not in _METHODS:
         raise ValueError(f"resampling_method must be one of {_METHODS}, "
                          f"got {resampling_method!r}")
