@@ -1,6 +1,8 @@
 """What higher modules attach to Column and DataFrame when ember.arrow is imported: accessors,
 to_pandas/to_tensor, describe, operator deferral, and the converters the constructors use."""
 
+import sys
+
 import pandas as pd
 import polars as pl
 import pyarrow as pa
@@ -85,3 +87,12 @@ def test_infer_dtype():
     assert dt.infer_dtype(pa.array([1])) == dt.int64
     with pytest.raises(ValueError, match="^data: cannot infer a dtype from 1 value"):
         dt.infer_dtype([None])
+
+
+@pytest.mark.parametrize("module,call", [("pandas", "from_pandas"), ("polars", "from_polars")])
+def test_missing_optional_dependency_names_the_extra(monkeypatch, module, call):
+    from ember.arrow import interop
+
+    monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(ImportError, match=rf"pip install 'ember-arrow\[{module}\]'"):
+        getattr(interop, call)(object())

@@ -15,6 +15,7 @@ from ember.arrow._extend import register_converter, register_method
 from ember.arrow._infer import one_array
 from ember.arrow.column import Column, column
 from ember.arrow.dataframe import DataFrame
+from ember.core.extras import require
 
 
 def _normalize(arr: pa.Array) -> pa.Array:
@@ -76,7 +77,7 @@ def _tight(df: DataFrame, dtype: dt.DType | None) -> DataFrame:
 @register_converter
 def from_pandas(data: Any, dtype: dt.DType | None = None) -> Column | DataFrame:
     """A DataFrame from a pandas DataFrame (a Column from a Series); NaN becomes null."""
-    import pandas as pd
+    pd = require("pandas", "ember-arrow[pandas]", "from_pandas()")
 
     if isinstance(data, pd.Series):
         arr = _normalize(pa.array(data, from_pandas=True))
@@ -99,7 +100,7 @@ def from_pandas(data: Any, dtype: dt.DType | None = None) -> Column | DataFrame:
 @register_converter
 def from_polars(data: Any, dtype: dt.DType | None = None) -> Column | DataFrame:
     """A DataFrame from a polars DataFrame (a Column from a Series), sharing its buffers."""
-    import polars as pl
+    pl = require("polars", "ember-arrow[polars]", "from_polars()")
 
     if isinstance(data, pl.Series):
         col = Column(_normalize(data.to_arrow()))
@@ -117,7 +118,7 @@ def to_arrow(data: Column | DataFrame) -> pa.Array | pa.Table:
 
 
 def _pandas_types(t: pa.DataType):
-    import pandas as pd
+    pd = require("pandas", "ember-arrow[pandas]", "to_pandas()")
 
     mapping = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(),
                pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from ember.core import kernels
+from ember.core.extras import needs_extra
 from ember.core.nn import attention_cpu, attention_math
 
 sdpa = kernels.define(
@@ -53,7 +54,8 @@ def _(*args):
 
 @sdpa.register_kernel("cuda")
 def _(query, key, value, attn_mask, dropout_p, is_causal, scale, rng):
-    from ember.core.nn import flash_attention_triton
+    with needs_extra("ember-core[cuda]", ["triton"], "CUDA scaled_dot_product_attention"):
+        from ember.core.nn import flash_attention_triton
 
     return flash_attention_triton.forward(query, key, value, attn_mask, dropout_p, is_causal,
                                           scale, rng)
@@ -61,7 +63,8 @@ def _(query, key, value, attn_mask, dropout_p, is_causal, scale, rng):
 
 @sdpa_backward.register_kernel("cuda")
 def _(grad_out, query, key, value, out, lse, attn_mask, dropout_p, is_causal, scale, rng):
-    from ember.core.nn import flash_attention_triton
+    with needs_extra("ember-core[cuda]", ["triton"], "CUDA scaled_dot_product_attention"):
+        from ember.core.nn import flash_attention_triton
 
     grads = flash_attention_triton.backward(grad_out, query, key, value, out, lse, attn_mask,
                                             dropout_p, is_causal, scale, rng)
