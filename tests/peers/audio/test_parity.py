@@ -291,6 +291,90 @@ def _(lib):
                               resampling_method="sinc_interpolation")
 
 
+# ------------------------------------------------------------------ functional: effects
+
+@case("contrast", "functional:contrast")
+def _(lib):
+    return [lib.F.contrast(wave(2, 1000, seed=50), a) for a in (0.0, 40.0, 100.0)]
+
+
+# torchaudio writes into its input when limiter_gain is set: each call gets a copy
+@case("dcshift", "functional:dcshift")
+def _(lib):
+    x = wave(2, 1000, seed=51) * 1.2
+    return [lib.F.dcshift(x.clone(), s, lg) for s, lg in [(0.3, None), (-0.7, None),
+                                                          (0.4, 0.05), (-0.5, 0.02)]]
+
+
+# torchaudio's C++ loop runs the DC blocker (pole 0.995) in float32, ember's lfilter in
+# float64 (measured 4.2e-7 here); in float64 both agree to rounding
+@case("overdrive", "functional:overdrive", atol=5e-6)
+def _(lib):
+    x = wave(3, 4000, seed=52) * 0.3
+    return lib.F.overdrive(x, 20, 20), lib.F.overdrive(x, 10, 0)
+
+
+@case("overdrive-float64", "functional:overdrive", atol=1e-12)
+def _(lib):
+    return lib.F.overdrive(wave(2, 3000, seed=53, dtype=torch.float64) * 0.3, 15, 30)
+
+
+@case("deemph_biquad", "functional:deemph_biquad", atol=1e-12)
+def _(lib):
+    x = wave(2, 3000, seed=54, dtype=torch.float64) * 0.5
+    return lib.F.deemph_biquad(x, 44100), lib.F.deemph_biquad(x, 48000)
+
+
+@case("riaa_biquad", "functional:riaa_biquad", atol=1e-11)
+def _(lib):
+    x = wave(2, 3000, seed=55, dtype=torch.float64) * 0.05
+    return [lib.F.riaa_biquad(x, sr) for sr in (44100, 48000, 88200, 96000)]
+
+
+# resampling as in "resample" above (measured 7.3e-7 here); lengths equal
+@case("speed", "functional:speed", atol=5e-5)
+def _(lib):
+    x, lengths = wave(2, 4000, seed=56), torch.tensor([4000, 3100])
+    outs = []
+    for factor in (0.9, 1.1, 1.5):
+        y, n = lib.F.speed(x, SR, factor, lengths)
+        outs += [y, n]
+    return outs + [lib.F.speed(x, SR, 1.25)[0]]
+
+
+# ------------------------------------------------------------------ functional: features
+
+@case("spectral_centroid", "functional:spectral_centroid")
+def _(lib):
+    return lib.F.spectral_centroid(wave(2, 3, 4000, seed=57), SR, 0, WIN, 256, 64, 256)
+
+
+# Kaldi's sliding windows: torchaudio keeps running sums in the input dtype, ember takes
+# float64 prefix sums (measured at most 1.1e-5 in float32, values up to ~8)
+@case("sliding_window_cmn", "functional:sliding_window_cmn", atol=2e-5, rtol=1e-5)
+def _(lib):
+    s = wave(2, 700, 13, seed=58) * 5 + 3
+    return [lib.F.sliding_window_cmn(s, w, m, c, v)
+            for w, m, c, v in [(600, 100, False, False), (50, 10, False, True),
+                               (41, 5, True, False), (100, 100, True, True),
+                               (800, 900, False, True)]] + \
+        [lib.F.sliding_window_cmn(s[0], 30, 8, False, True)]
+
+
+def test_edit_distance():
+    g = torch.Generator().manual_seed(59)
+    pairs = [("kitten", "sitting"), ("", "abc"), ("abc", ""), ("same", "same"),
+             ("the cat sat".split(), "the cat sat down".split())]
+    pairs += [(torch.randint(0, 4, (n,), generator=g).tolist(),
+               torch.randint(0, 4, (m,), generator=g).tolist()) for n, m in
+              [(10, 12), (25, 7), (1, 30), (40, 40)]]
+    for a, b in pairs:
+        assert EF.edit_distance(a, b) == TAF.edit_distance(a, b), (a, b)
+
+
+test_edit_distance.compares = ("functional:edit_distance",)
+
+
 # ------------------------------------------------------------------ functional: masking
 
 @case("mask_along_axis", "functional:mask_along_axis")

@@ -1,6 +1,15 @@
 """Stateless audio functions with torchaudio.functional's names and semantics."""
 
 from ember.audio.functional.amplitude import gain, mu_law_decoding, mu_law_encoding
+from ember.audio.functional.effects import (
+    contrast,
+    dcshift,
+    deemph_biquad,
+    overdrive,
+    riaa_biquad,
+    speed,
+)
+from ember.audio.functional.features import edit_distance, sliding_window_cmn, spectral_centroid
 from ember.audio.functional.filtering import (
     add_noise,
     allpass_biquad,
@@ -45,9 +54,13 @@ __all__ = [
     "bass_biquad",
     "biquad",
     "compute_deltas",
+    "contrast",
     "convolve",
     "create_dct",
+    "dcshift",
+    "deemph_biquad",
     "deemphasis",
+    "edit_distance",
     "equalizer_biquad",
     "fftconvolve",
     "gain",
@@ -62,9 +75,14 @@ __all__ = [
     "melscale_fbanks",
     "mu_law_decoding",
     "mu_law_encoding",
+    "overdrive",
     "phase_vocoder",
     "preemphasis",
     "resample",
+    "riaa_biquad",
+    "sliding_window_cmn",
+    "spectral_centroid",
     "spectrogram",
+    "speed",
     "treble_biquad",
 ]

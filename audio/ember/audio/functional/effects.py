@@ -1,0 +1,110 @@
+"""SoX-style effects with torchaudio's names: contrast, DC shift, overdrive, CD de-emphasis,
+RIAA equalisation and speed change. Inputs are ``[..., time]``; nothing is modified in place.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ember.audio.functional.filtering import biquad, lfilter
+from ember.audio.functional.resampling import resample
+
+__all__ = ["contrast", "dcshift", "deemph_biquad", "overdrive", "riaa_biquad", "speed"]
+
+
+def contrast(waveform: Tensor, enhancement_amount: float = 75.0) -> Tensor:
+    """Louder-sounding audio, like compression: ``sin(pi/2 x + c sin(2 pi x))``, c = amount/750."""
+    if not 0 <= enhancement_amount <= 100:
+        raise ValueError(f"enhancement_amount must be in [0, 100], got {enhancement_amount}")
+    quarter = waveform * (math.pi / 2)
+    return torch.sin(quarter + enhancement_amount / 750.0 * torch.sin(quarter * 4))
+
+
+def dcshift(waveform: Tensor, shift: float, limiter_gain: float | None = None) -> Tensor:
+    """Add ``shift`` (in [-2, 2]) and clip to [-1, 1]; with ``limiter_gain``, peaks beyond the
+    limiter threshold are compressed instead of clipped (SoX ``dcshift``)."""
+    shifted = (waveform + shift).clamp(-1, 1)
+    if limiter_gain is None or shift == 0:
+        return shifted
+    threshold = 1.0 - (abs(shift) - limiter_gain)
+    slope = limiter_gain / (1 - threshold)
+    if shift > 0:
+        peak = waveform > threshold
+        limited = ((waveform - threshold) * slope + threshold + shift).clamp(max=threshold)
+    else:
+        peak = waveform < -threshold
+        limited = ((waveform + threshold) * slope - threshold + shift).clamp(min=-threshold)
+    return torch.where(peak, limited, shifted)
+
+
+def overdrive(waveform: Tensor, gain: float = 20, colour: float = 20) -> Tensor:
+    """SoX ``overdrive``: a soft-clipping cubic of ``gain`` dB, ``colour`` adding even harmonics,
+    then a DC-blocking first-order filter (pole 0.995); output clipped to [-1, 1]."""
+    x = waveform * math.exp(gain * math.log(10) / 20.0) + colour / 200
+    cubic = x - x.pow(3) / 3
+    shaped = torch.where(x < -1, torch.full_like(x, -2.0 / 3.0),
+                         torch.where(x > 1, torch.full_like(x, 2.0 / 3.0), cubic))
+    a = torch.tensor([1.0, -0.995], dtype=waveform.dtype, device=waveform.device)
+    b = torch.tensor([1.0, -1.0], dtype=waveform.dtype, device=waveform.device)
+    blocked = lfilter(shaped, a, b, clamp=False)
+    return (waveform * 0.5 + blocked * 0.75).clamp(-1, 1)
+
+
+def deemph_biquad(waveform: Tensor, sample_rate: int) -> Tensor:
+    """ISO 908 CD de-emphasis: a high-shelf cut for 44.1 kHz or 48 kHz audio (SoX ``deemph``)."""
+    shelves = {44100: (5283.0, 0.4845, -9.477), 48000: (5356.0, 0.479, -9.62)}
+    if sample_rate not in shelves:
+        raise ValueError(f"sample_rate must be 44100 (CD) or 48000 (DAT), got {sample_rate}")
+    freq, slope, gain_db = shelves[sample_rate]
+    w0 = 2 * math.pi * freq / sample_rate
+    amp = 10 ** (gain_db / 40.0)
+    alpha = math.sin(w0) / 2 * math.sqrt((amp + 1 / amp) * (1 / slope - 1) + 2)
+    cos_w0, root = math.cos(w0), 2 * math.sqrt(amp) * alpha
+    return biquad(waveform,
+                  amp * ((amp + 1) + (amp - 1) * cos_w0 + root),
+                  -2 * amp * ((amp - 1) + (amp + 1) * cos_w0),
+                  amp * ((amp + 1) + (amp - 1) * cos_w0 - root),
+                  (amp + 1) - (amp - 1) * cos_w0 + root,
+                  2 * ((amp - 1) - (amp + 1) * cos_w0),
+                  (amp + 1) - (amp - 1) * cos_w0 - root)
+
+
+# SoX's RIAA zeros and poles per sample rate
+_RIAA = {
+    44100: ((-0.2014898, 0.9233820), (0.7083149, 0.9924091)),
+    48000: ((-0.1766069, 0.9321590), (0.7396325, 0.9931330)),
+    88200: ((-0.1168735, 0.9648312), (0.8590646, 0.9964002)),
+    96000: ((-0.1141486, 0.9676817), (0.8699137, 0.9966946)),
+}
+
+
+def riaa_biquad(waveform: Tensor, sample_rate: int) -> Tensor:
+    """RIAA vinyl playback equalisation, 0 dB at 1 kHz (SoX ``riaa``)."""
+    if sample_rate not in _RIAA:
+        raise ValueError(f"sample_rate must be one of {sorted(_RIAA)}, got {sample_rate}")
+    (z0, z1), (p0, p1) = _RIAA[sample_rate]
+    b = [1.0, -(z0 + z1), z0 * z1]
+    a = [1.0, -(p0 + p1), p0 * p1]
+    at_1k = complex(math.cos(2 * math.pi * 1000 / sample_rate),
+                    -math.sin(2 * math.pi * 1000 / sample_rate))
+    gain = abs(sum(c * at_1k ** k for k, c in enumerate(a))) / abs(
+        sum(c * at_1k ** k for k, c in enumerate(b)))
+    return biquad(waveform, b[0] * gain, b[1] * gain, b[2] * gain, *a)
+
+
+def speed(waveform: Tensor, orig_freq: int, factor: float,
+          lengths: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    """Play ``factor`` times faster (pitch moves with it) by resampling ``orig_freq * factor``
+    to ``orig_freq``; returns the waveform and the scaled ``lengths``."""
+    source, target = int(factor * orig_freq), int(orig_freq)
+    if source <= 0:
+        raise ValueError(f"factor * orig_freq must be at least 1, got {factor} * {orig_freq}")
+    g = math.gcd(source, target)
+    source, target = source // g, target // g
+    out_lengths = None
+    if lengths is not None:
+        out_lengths = torch.ceil(lengths * target / source).to(lengths.dtype)
+    return resample(waveform, source, target), out_lengths
