@@ -27,6 +27,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
             "model zoo under eager, inductor and ember, float32 and AMP, inference and training"),
     "opinfo": ("ember.tools.bench.opinfo:run",
                "PyTorch's OpInfo catalogue through ember and Inductor: pass / wrong / error"),
+    "optim": ("ember.tools.bench.optim:run",
+              "compiled AdamW step vs eager foreach, fused and Inductor"),
 }
 
 # The libraries benchmarks compare against: the extra ember-tools[bench] installs them.
