@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ember.core.compiler import autotune
+from ember.core.compiler.runtime import autotune
 
 
 @pytest.fixture

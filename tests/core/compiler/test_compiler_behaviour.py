@@ -8,7 +8,8 @@ import torch.nn as nn
 
 import ember.core
 from ember.core import set_logs
-from ember.core.compiler import backend, lower
+from ember.core.compiler import pipeline
+from ember.core.compiler.lowering import graph as lowering_graph
 from ember.core.compiler.runtime import build, cache
 
 
@@ -95,20 +96,20 @@ def test_compiled_module_keeps_module_behaviour(ecompile):
 
 def test_dynamic_true_does_not_recompile(ecompile):
     f = ecompile(lambda x: torch.softmax(x * 2, -1) + x.mean(0), dynamic=True)
-    before = backend.stats["graphs_compiled"]
+    before = pipeline.stats["graphs_compiled"]
     for batch, seq in [(3, 8), (5, 8), (9, 17), (2, 31)]:
         x = torch.randn(batch, seq)
         torch.testing.assert_close(f(x), torch.softmax(x * 2, -1) + x.mean(0))
-    assert backend.stats["graphs_compiled"] - before == 1
+    assert pipeline.stats["graphs_compiled"] - before == 1
 
 
 def test_dynamic_none_recompiles_once_then_generalises(ecompile):
     f = ecompile(lambda x: x.relu() * 2)
-    before = backend.stats["graphs_compiled"]
+    before = pipeline.stats["graphs_compiled"]
     for n in (4, 6, 9, 13):
         x = torch.randn(n, 3)
         torch.testing.assert_close(f(x), x.relu() * 2)
-    assert backend.stats["graphs_compiled"] - before == 2
+    assert pipeline.stats["graphs_compiled"] - before == 2
 
 
 def test_disk_cache_hit_builds_nothing_and_corrupt_entry_is_rebuilt(ecompile, tmp_path,
@@ -132,7 +133,7 @@ def test_disk_cache_hit_builds_nothing_and_corrupt_entry_is_rebuilt(ecompile, tm
 
 def test_unsupported_op_falls_back_once_logged(ecompile, captured):
     messages = captured("fallback")
-    lower._logged_fallbacks.discard("aten.erfinv.default")
+    lowering_graph._logged_fallbacks.discard("aten.erfinv.default")
     f = lambda x: torch.erfinv(x * 0.5) + 1
     x = torch.rand(20)
     torch.testing.assert_close(ecompile(f)(x), f(x))
@@ -147,11 +148,11 @@ def test_build_failure_falls_back_to_eager(monkeypatch, captured):
         raise build.BuildError("g++ exploded")
     monkeypatch.setattr(build, "load", broken)
     torch._dynamo.reset()
-    before = backend.stats["graphs_fallback"]
+    before = pipeline.stats["graphs_fallback"]
     f = ember.core.compile(lambda x: x.exp() + 1)
     x = torch.randn(5)
     torch.testing.assert_close(f(x), x.exp() + 1)
-    assert backend.stats["graphs_fallback"] == before + 1
+    assert pipeline.stats["graphs_fallback"] == before + 1
     assert any("g++ exploded" in m for m in messages)
 
 
@@ -200,10 +201,10 @@ def test_output_code_and_refused_fusions_are_logged(ecompile, captured):
 def test_prim_table_in_the_docs_matches_the_code():
     from pathlib import Path
 
-    from ember.core.compiler import prims
+    from ember.core.compiler.codegen import cpp
 
-    readme = Path(prims.__file__).with_name("README.md").read_text()
-    assert prims.table_markdown() in readme
+    readme = (Path(cpp.__file__).parents[1] / "README.md").read_text()
+    assert cpp.prim_table_markdown() in readme
 
 
 def test_dynamic_training_compiles_forward_and_backward_once(ecompile):
@@ -215,7 +216,7 @@ def test_dynamic_training_compiles_forward_and_backward_once(ecompile):
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 10))
     ref = copy.deepcopy(model)
     step = ecompile(lambda x, y: F.cross_entropy(model(x), y), dynamic=True)
-    before = backend.stats["graphs_compiled"]
+    before = pipeline.stats["graphs_compiled"]
     for batch in (4, 7, 13):
         x, y = torch.randn(batch, 16), torch.randint(0, 10, (batch,))
         model.zero_grad()
@@ -224,4 +225,4 @@ def test_dynamic_training_compiles_forward_and_backward_once(ecompile):
         F.cross_entropy(ref(x), y).backward()
         for p, q in zip(model.parameters(), ref.parameters()):
             torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4)
-    assert backend.stats["graphs_compiled"] - before == 2  # one forward, one backward
+    assert pipeline.stats["graphs_compiled"] - before == 2  # one forward, one backward

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ember.core.compiler.backend import stats
+from ember.core.compiler.pipeline import stats
 
 
 def _grads_match(model, ref):

@@ -180,7 +180,7 @@ _DYNAMIC = {
 
 @pytest.mark.parametrize("name", list(_DYNAMIC))
 def test_symbolic_sizes_one_kernel_for_all_shapes(ecompile, matches, name):
-    from ember.core.compiler.backend import stats
+    from ember.core.compiler.pipeline import stats
 
     f = _DYNAMIC[name]
     compiled = ecompile(f, dynamic=True)

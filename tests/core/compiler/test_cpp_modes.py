@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ember.core.compiler import autotune, backend, modes
-from ember.core.compiler.runtime import kernels, tuned
+from ember.core.compiler import modes, pipeline
+from ember.core.compiler.runtime import autotune, cpp_kernels, tuned
 
 
 def _graph(x, w):
@@ -80,7 +80,7 @@ def test_reduce_overhead_runs_kernels_through_native_entries(ecompile, output_co
 def test_reduce_overhead_across_shapes_and_fresh_outputs(ecompile):
     fn = lambda x: (torch.softmax(x, -1) * 2, x.sum(-1) + 1)
     f = ecompile(fn, mode="reduce-overhead", dynamic=True)
-    before = backend.stats["graphs_compiled"]
+    before = pipeline.stats["graphs_compiled"]
     kept = []
     for shape in [(3, 8), (7, 8), (2, 30), (7, 8)]:
         x = torch.randn(shape)
@@ -88,7 +88,7 @@ def test_reduce_overhead_across_shapes_and_fresh_outputs(ecompile):
         for o, r in zip(out, fn(x)):
             torch.testing.assert_close(o, r)
         kept.append((x, out))
-    assert backend.stats["graphs_compiled"] - before == 1  # dynamic: one graph
+    assert pipeline.stats["graphs_compiled"] - before == 1  # dynamic: one graph
     for x, out in kept:  # earlier outputs were not overwritten by later calls
         for o, r in zip(out, fn(x)):
             torch.testing.assert_close(o, r)
@@ -108,13 +108,13 @@ def test_runs_split_at_externs():
 
     k = [Kernel(f"kernel{i}", [], [], []) for i in range(4)]
     e = Extern(None, (), {}, [], "single")
-    assert [[x.name for x in r] for r in kernels.runs([k[0], k[1], e, k[2], e, e, k[3]])] == \
+    assert [[x.name for x in r] for r in cpp_kernels.runs([k[0], k[1], e, k[2], e, e, k[3]])] == \
         [["kernel0", "kernel1"], ["kernel2"], ["kernel3"]]
 
 
 _SECOND_PROCESS = """
 import torch, ember.core
-from ember.core.compiler import autotune
+from ember.core.compiler.runtime import autotune
 f = ember.core.compile(lambda x: torch.softmax(x, -1) * 2, mode="max-autotune",
                        options={"strict": True})
 x = torch.arange(96.0).reshape(8, 12) / 7

@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ember.core.compiler import compile as ember_compile
-from ember.core.compiler import cudagraphs
+from ember.core.compiler.runtime import cudagraphs
 
 no_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from ember.core.compiler import autotune, ir
 from ember.core.compiler import compile as ember_compile
-from ember.core.compiler.backend import compile_graph
+from ember.core.compiler import ir
+from ember.core.compiler.pipeline import compile_graph
+from ember.core.compiler.runtime import autotune
 
 pytest.importorskip("triton")
 
@@ -135,14 +136,14 @@ def _param(case):
 @interpreted
 @pytest.mark.parametrize("fn, params", [_param(c) for c in CASES])
 def test_v1_case_in_triton(fn, params, tcompile, matches):
-    from ember.core.compiler.codegen import triton as triton_codegen
+    from ember.core.compiler.runtime import triton_kernels
 
     torch.manual_seed(0)
-    before = triton_codegen.stats["graphs"]
+    before = triton_kernels.stats["graphs"]
     fixtures = {"ecompile": tcompile, "matches": matches}
     wanted = inspect.signature(fn).parameters
     fn(**{k: v for k, v in {**fixtures, **params}.items() if k in wanted})
-    assert triton_codegen.stats["graphs"] > before  # the graphs went through Triton codegen
+    assert triton_kernels.stats["graphs"] > before  # the graphs went through Triton codegen
 
 
 ON_CUDA = not INTERPRETED and torch.cuda.is_available()
@@ -178,15 +179,15 @@ def _cuda_param(case):
 @on_cuda[1]
 def test_v1_case_on_cuda(fn, params, tcompile, matches):
     """The same v1 cases on a GPU: every tensor and module is made on the CUDA device."""
-    from ember.core.compiler.codegen import triton as triton_codegen
+    from ember.core.compiler.runtime import triton_kernels
 
     torch.manual_seed(0)
-    before = triton_codegen.stats["graphs"]
+    before = triton_kernels.stats["graphs"]
     fixtures = {"ecompile": tcompile, "matches": matches}
     wanted = inspect.signature(fn).parameters
     with torch.device("cuda"):
         fn(**{k: v for k, v in {**fixtures, **params}.items() if k in wanted})
-    assert triton_codegen.stats["graphs"] > before
+    assert triton_kernels.stats["graphs"] > before
 
 
 @on_cuda[0]
@@ -212,9 +213,9 @@ def test_bad_index_on_cuda_raises_index_error():
 
 @interpreted_or_cuda
 def test_int64_indexing_variant_matches(tcompile, matches, monkeypatch):
-    from ember.core.compiler.codegen import triton as triton_codegen
+    from ember.core.compiler.runtime import triton_kernels
 
-    monkeypatch.setattr(triton_codegen, "INT32_LIMIT", 16)  # every launch takes int64 indices
+    monkeypatch.setattr(triton_kernels, "INT32_LIMIT", 16)  # every launch takes int64 indices
     x, w = torch.randn(6, 40, device=DEVICE), torch.randn(40, device=DEVICE)
     f = lambda x, w: (x * w + 1, torch.softmax(x, -1), x.sum(0), x.amax())
     matches(tcompile(f)(x, w), f(x, w), atol=1e-5, rtol=1e-5)
@@ -223,7 +224,7 @@ def test_int64_indexing_variant_matches(tcompile, matches, monkeypatch):
 @interpreted_or_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32])
 def test_looped_reductions_match_persistent_ones(tcompile, matches, monkeypatch, dtype):
-    from ember.core.compiler.codegen import triton as triton_codegen
+    from ember.core.compiler.runtime import triton_kernels
 
     x = (torch.randn(5, 37, device=DEVICE) * 10).to(dtype)
     f = lambda x: (x.sum(-1), x.amax(-1), x.amin(0), x.sum(), (x - x.amax(-1, keepdim=True)) * 2)
@@ -232,7 +233,7 @@ def test_looped_reductions_match_persistent_ones(tcompile, matches, monkeypatch,
                        x.sum(), x.prod(-1), (x > 0).any(-1))
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
     persistent = tcompile(f)(x)
-    monkeypatch.setattr(triton_codegen, "PERSISTENT_MAX", 4)  # rows of 37 now loop
+    monkeypatch.setattr(triton_kernels, "PERSISTENT_MAX", 4)  # rows of 37 now loop
     looped = tcompile(f)(x)
     matches(persistent, f(x), atol=tol, rtol=tol)
     matches(looped, f(x), atol=tol, rtol=tol)
@@ -241,16 +242,16 @@ def test_looped_reductions_match_persistent_ones(tcompile, matches, monkeypatch,
 @interpreted_or_cuda
 @pytest.mark.parametrize("mode", ["default", "max-autotune"])
 def test_transposing_copies_use_2d_tiles(tcompile, matches, monkeypatch, mode):
-    from ember.core.compiler.codegen import triton as triton_codegen
+    from ember.core.compiler.runtime import triton_kernels
 
     tiled = []
-    pick = triton_codegen.Launcher._fn
+    pick = triton_kernels.Launcher._fn
 
     def spy(self, cfg, index64):
         tiled.append(bool(cfg.get("tiled")))
         return pick(self, cfg, index64)
 
-    monkeypatch.setattr(triton_codegen.Launcher, "_fn", spy)
+    monkeypatch.setattr(triton_kernels.Launcher, "_fn", spy)
     f = lambda x, y: (x.transpose(1, 2).contiguous() * 2, y.t() + 1, x + 1)
     x = torch.randn(3, 37, 21, device=DEVICE)
     y = torch.randn(19, 45, dtype=torch.float64, device=DEVICE)
@@ -260,7 +261,7 @@ def test_transposing_copies_use_2d_tiles(tcompile, matches, monkeypatch, mode):
 
 @interpreted
 def test_reduce_overhead_on_cpu_tensors_runs_without_cuda_graphs(tcompile, matches):
-    from ember.core.compiler import cudagraphs
+    from ember.core.compiler.runtime import cudagraphs
 
     recorded = cudagraphs.stats["recorded"]
     f = lambda x: torch.softmax(x * 2, -1).sum(0)
@@ -289,15 +290,15 @@ def test_source_is_cached_on_disk_and_reused(tcompile, matches):
 
 @interpreted
 def test_max_autotune_times_candidates_then_hits_the_disk_cache(tcompile, matches):
-    from ember.core.compiler.codegen import triton as triton_codegen
+    from ember.core.compiler.runtime import triton_kernels
 
     x = torch.randn(12, 50)
     f = lambda x: (torch.softmax(x, -1), x * 2 + 1)
-    assert len(triton_codegen.autotune_candidates("2d", 12, 50, False)) == 2  # interpreter
+    assert len(triton_kernels.autotune_candidates("2d", 12, 50, False)) == 2  # interpreter
     searches, hits = autotune.stats["searches"], autotune.stats["cache_hits"]
-    kernels = triton_codegen.stats["kernels"]
+    kernels = triton_kernels.stats["kernels"]
     matches(tcompile(f, mode="max-autotune")(x), f(x))
-    n = triton_codegen.stats["kernels"] - kernels
+    n = triton_kernels.stats["kernels"] - kernels
     assert n >= 1 and autotune.stats["searches"] - searches == n  # one search per kernel
     matches(tcompile(f, mode="max-autotune")(x), f(x))  # recompiled: winners from disk
     assert autotune.stats["searches"] - searches == n
@@ -325,12 +326,12 @@ def test_prim_without_a_template_falls_back_to_eager(monkeypatch):
 
 @interpreted
 def test_kernel_that_fails_to_build_falls_back_to_eager(monkeypatch):
-    from ember.core.compiler.codegen import triton as triton_codegen
+    from ember.core.compiler.runtime import triton_kernels
 
     def broken(self, *args):
         raise RuntimeError("simulated Triton compile error")
 
-    monkeypatch.setattr(triton_codegen.Launcher, "__call__", broken)
+    monkeypatch.setattr(triton_kernels.Launcher, "__call__", broken)
     x = torch.randn(4, 5)
     f = lambda x: torch.relu(x) + 1
     torch._dynamo.reset()
@@ -343,19 +344,19 @@ def test_kernel_that_fails_to_build_falls_back_to_eager(monkeypatch):
 
 
 def test_autotune_candidates_cover_blocks_warps_and_stages():
-    from ember.core.compiler.codegen import triton as triton_codegen
+    from ember.core.compiler.runtime import triton_kernels
 
     if INTERPRETED:
         pytest.skip("the GPU search space is checked without the interpreter")
     for form, r in (("1d", 1), ("2d", 300), ("2d", 5000)):
-        cands = triton_codegen.autotune_candidates(form, 4096, r, False)
+        cands = triton_kernels.autotune_candidates(form, 4096, r, False)
         assert len(cands) > 4
         keys = set(itertools.chain.from_iterable(c.items() for c in cands))
         assert {k for k, _ in keys} >= {"XBLOCK", "num_warps", "num_stages"}
         assert len({c["XBLOCK"] for c in cands}) > 1 and len({c["num_warps"] for c in cands}) > 1
-    looped = triton_codegen.autotune_candidates("2d", 4096, 5000, False)
+    looped = triton_kernels.autotune_candidates("2d", 4096, 5000, False)
     assert len({c["RBLOCK"] for c in looped}) > 1 and len({c["num_stages"] for c in looped}) > 1
     assert all(not c["persistent"] for c in looped)
-    tiled = triton_codegen.autotune_candidates("1d", 4096, 1, False, (64, 64))
+    tiled = triton_kernels.autotune_candidates("1d", 4096, 1, False, (64, 64))
     assert tiled[0]["tiled"] and len({(c.get("YBLOCK"), c["XBLOCK"]) for c in tiled}) > 4
     assert any(not c.get("tiled") for c in tiled)  # the untiled kernel competes too

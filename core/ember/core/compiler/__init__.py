@@ -1,7 +1,8 @@
 """Ember's compiler: TorchDynamo capture -> AOTAutograd -> prims -> loop IR -> fused C++.
 
-Stages, one module each: ``capture``, ``backend`` (aot), ``decompose``, ``lower`` (+ ``ir``),
-``schedule``, ``codegen.cpp`` / ``codegen.wrapper``, ``runtime.build`` / ``runtime.cache``.
+Stages: ``capture``, ``backend`` (the Dynamo/AOTAutograd entry), ``decompose``, ``lowering``
+(+ ``ir``), ``passes``, ``schedule``, ``codegen`` (render only), ``runtime`` (build, cache,
+loaders, launchers, autotuning, CUDA graphs); ``pipeline`` drives one graph through them.
 """
 
 from ember.core.compiler.api import ExplainOutput, compile, explain

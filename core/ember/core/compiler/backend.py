@@ -1,125 +1,28 @@
-"""The ``ember`` TorchDynamo backend: AOTAutograd + our decompositions + our graph compiler.
+"""The ``ember`` TorchDynamo backend: AOTAutograd with our decompositions in front of
+``pipeline.compile_graph``.
 
-``compile_graph`` runs lower -> schedule -> codegen -> build on one ATen graph and returns a
-boxed callable; on any failure the graph runs eagerly with a logged reason.
+Dynamo hands ``ember_backend`` an FX graph; torch-level patterns are applied, devices without
+a code generator take the portable path, and AOTAutograd traces forward / backward (or one
+inference) graph through the decomposition table into the pipeline.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
-import os
-from collections import Counter
 
 import torch
-from torch.fx import GraphModule
 
 from ember.core.compiler import capture, patterns, routing
-from ember.core.compiler.codegen.wrapper import WrapperBuilder
-from ember.core.compiler.decompose import decomposition_table
-from ember.core.compiler.ir import Buffer, Extern, StridedView
-from ember.core.compiler.lower import GraphLowering
+from ember.core.compiler.decompose import decomposition_table, log_graph
 from ember.core.compiler.options import check_mode, check_options
-from ember.core.compiler.runtime import kernels as cpp_kernels
-from ember.core.compiler.schedule import Kernel, schedule
+from ember.core.compiler.pipeline import compile_graph, stats
 from ember.core.logs import get_logger
 
+# ``stats`` (graphs compiled / fallen back, kernels) is the pipeline's, read here by callers
+# that count compiled graphs through the backend (tests, benches).
+__all__ = ["compile_graph", "ember_backend", "stats"]
+
 log = get_logger("aot")
-fallback_log = get_logger("fallback")
-output_log = get_logger("output_code")
-codegen_log = get_logger("codegen")
-
-# Process-wide counters: graphs compiled / fallen back, kernels generated.
-stats: Counter = Counter()
-
-
-def _boxed(fn):
-    def call(args):
-        return fn(*args)
-    call._boxed_call = True
-    return call
-
-
-def compile_graph(gm: GraphModule, example_inputs, *, options: dict | None = None):
-    """ATen FX graph -> boxed callable running our kernels (eager fallback on failure).
-
-    ``options``: the user's ``compile(options=...)`` plus ``mode``; ``strict`` re-raises.
-    """
-    options = options or {}
-    strict = bool(options.get("strict", False))
-    try:
-        call = _compile(gm, example_inputs, options)
-        if os.environ.get("EMBER_CHECK"):
-            return _checked(call, gm)
-        return call
-    except Exception as e:
-        if strict:
-            raise
-        stats["graphs_fallback"] += 1
-        fallback_log.warning("graph runs in eager ATen: %s: %s", type(e).__name__, e)
-        capture.record_fallback(f"<graph: {type(e).__name__}: {e}>")
-        return _boxed(gm.forward)
-
-
-def _checked(call, gm: GraphModule):
-    """Debug aid (EMBER_CHECK=1): run eager alongside and report the first mismatch."""
-    def run(args):
-        ours = call(list(args))
-        ref = gm.forward(*args)
-        for i, (a, b) in enumerate(zip(ours, ref)):
-            if isinstance(a, torch.Tensor) and not torch.allclose(a, b, atol=1e-4, rtol=1e-4,
-                                                                  equal_nan=True):
-                raise AssertionError(f"output {i} differs from eager:\n{gm.code}")
-        return ours
-    run._boxed_call = True
-    return run
-
-
-def _compile(gm: GraphModule, example_inputs, options: dict):
-    device = routing.device_type(example_inputs)
-    use_triton = routing.codegen_for(device, options) == "triton"
-    if use_triton:
-        from ember.core.compiler.codegen import triton as triton_codegen
-
-        device = triton_codegen.check_device(device)
-    g = GraphLowering(gm, device=device if use_triton else "cpu",
-                      inference=bool(options.get("inference")))
-    g.run()
-    for name in g.fallback_ops:
-        capture.record_fallback(name)
-    buffers: dict[str, Buffer] = {}
-    for b in g.inputs:
-        if isinstance(b, Buffer):
-            buffers[b.name] = b
-    for name, t in g.constants.items():
-        buffers[name] = Buffer(name, t.dtype, list(t.shape), list(t.stride()))
-    for n in g.nodes:
-        for b in (n.outs if isinstance(n, Extern) else [n.buf]):
-            if b is not None:
-                buffers[b.name] = b
-    outputs = {o.buf.name for o in g.outputs if isinstance(o, StridedView)}
-    outputs |= {flag.buf.name for flag, _ in g.checks}
-    steps = schedule(g.nodes, outputs)
-    kernels = [s for s in steps if isinstance(s, Kernel)]
-    if use_triton:
-        libs, tu = triton_codegen.load_kernels(kernels, buffers, options)
-    else:
-        libs, tu = cpp_kernels.load(steps, buffers, options)
-    src, globs = WrapperBuilder(g.inputs, g.constants, g.outputs, device=g.device,
-                                options=options, checks=g.checks).generate(steps, libs, buffers)
-    if output_log.isEnabledFor(logging.INFO):
-        output_log.info("generated %s:\n%s\nwrapper:\n%s", "Triton" if use_triton else "C++",
-                        tu, src)
-    codegen_log.info("graph: %d IR nodes -> %d kernels, %d externs", len(g.nodes),
-                     len(kernels), len(steps) - len(kernels))
-    exec(compile(src, "<ember wrapper>", "exec"), globs)
-    call = globs["call"]
-    if use_triton:
-        call = triton_codegen.finish(call, gm, options, g.device)
-    call._boxed_call = True
-    stats["graphs_compiled"] += 1
-    stats["kernels"] += len(kernels)
-    return call
 
 
 def _make_aot(options: dict):
@@ -130,16 +33,19 @@ def _make_aot(options: dict):
 
     def fw_compiler(gm, example_inputs):
         log.info("forward graph: %d nodes", len(gm.graph.nodes))
+        log_graph("forward", gm)
         return fw(gm, example_inputs)
 
     def bw_compiler(gm, example_inputs):
         log.info("backward graph: %d nodes", len(gm.graph.nodes))
+        log_graph("backward", gm)
         return fw(gm, example_inputs)
 
     infer = functools.partial(compile_graph, options={**options, "inference": True})
 
     def inference_compiler(gm, example_inputs):
         log.info("inference graph: %d nodes", len(gm.graph.nodes))
+        log_graph("inference", gm)
         return infer(gm, example_inputs)
 
     return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,

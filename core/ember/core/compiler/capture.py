@@ -2,7 +2,8 @@
 
 Dynamo reports both through its artifact loggers; ``install()`` forwards them to
 ``ember.graph_breaks`` / ``ember.recompiles`` when those are enabled. It also keeps the
-record ``explain()`` reads: graphs captured and ops that fell back to eager.
+record ``explain()`` reads: graphs captured and ops that fell back to eager. Each captured
+graph is logged on ``ember.capture`` (INFO: its size; DEBUG: its code).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import threading
 
 from ember.core.logs import get_logger
 
-_ARTIFACTS = {"graph_breaks": "graph_breaks", "recompiles": "recompiles"}
 _TORCH_LOGGERS = {
     "graph_breaks": ["torch._dynamo.symbolic_convert.__graph_breaks",
                      "torch._dynamo.exc.__graph_breaks",
@@ -21,6 +21,7 @@ _TORCH_LOGGERS = {
                    "torch._dynamo.convert_frame.__recompiles"],
 }
 _state = threading.local()
+log = get_logger("capture")
 
 
 class _Forward(logging.Handler):
@@ -85,6 +86,13 @@ def stop_recording() -> None:
 
 
 def record_graph(gm) -> None:
+    """A graph Dynamo hands the backend: logged on ``ember.capture``, kept for ``explain``."""
+    if log.isEnabledFor(logging.INFO):
+        nodes = gm.graph.nodes
+        log.info("captured a graph: %d ops, %d inputs",
+                 sum(n.op in ("call_function", "call_method", "call_module") for n in nodes),
+                 sum(n.op == "placeholder" for n in nodes))
+        log.debug("captured graph:\n%s", gm.code)
     rec = _record()
     if rec is not None:
         rec["graphs"].append(gm)

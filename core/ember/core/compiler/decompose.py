@@ -1,17 +1,23 @@
 """Decomposition table: core ATen and composite ops rewritten onto Ember's prim set.
 
 AOTAutograd applies this table while tracing, so the graphs reaching ``lower`` hold prims
-(see ``prims.PRIMS``), extern ops (``EXTERN_OPS``) and, rarely, ops that fall back to eager.
+(see ``prims.PRIMS``), extern ops (``lowering.externs.EXTERN_OPS``) and, rarely, ops that fall
+back to eager. ``log_graph`` reports what a traced graph holds on ``ember.decompose``.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+from collections import Counter
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
+from ember.core.logs import get_logger
+
 aten = torch.ops.aten
+log = get_logger("decompose")
 
 # Composite ops that torch's core-ATen table keeps whole but we want as prims.
 _EXTRA = [
@@ -49,4 +55,17 @@ def decomposition_table() -> dict:
     for op in list(table):
         if "scaled_dot_product" in str(op):
             table.pop(op)
+    log.debug("decomposition table: %d ATen overloads (%d composite ops of ours, %d kept whole)",
+              len(table), len(_EXTRA), len(_KEEP))
     return table
+
+
+def log_graph(kind: str, gm: torch.fx.GraphModule) -> None:
+    """INFO: the ops a graph holds after decomposition, most frequent first; DEBUG: its code."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    ops = Counter(str(getattr(n.target, "_overloadpacket", n.target))
+                  for n in gm.graph.nodes if n.op == "call_function")
+    log.info("%s graph after decomposition: %d ops: %s", kind, sum(ops.values()),
+             ", ".join(f"{name} x{k}" for name, k in ops.most_common()))
+    log.debug("%s graph:\n%s", kind, gm.code)

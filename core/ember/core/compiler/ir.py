@@ -1,14 +1,16 @@
 """Loop IR: buffers, lazily computed tensor values, and the nodes the scheduler fuses.
 
 A tensor value is read through ``load(index) -> Expr`` where ``index`` is a list of sympy
-expressions over symbolic sizes. ``Expr`` is a hashable tuple (so equal sub-trees CSE):
+expressions over symbolic sizes. An ``Expr`` is one of the records below: immutable named
+tuples, hashable, so equal sub-trees are shared (common-subexpression elimination):
 
-    ("load", dtype, buffer, index)   ("const", dtype, value)   ("index", dtype, sympy expr)
-    ("cast", dtype, x)               ("op", dtype, prim, *operands)   ("var", dtype, name)
-    ("gather", dtype, buffer, index, *positions)
+    Load(dtype, buf, index)          Const(dtype, value)        Index(dtype, expr)
+    Cast(dtype, x)                   PrimOp(dtype, prim, args)  Var(dtype, name)
+    Gather(dtype, buf, index, positions)
 
-A gather is a load at a data-dependent place: its ``index`` holds the placeholder symbols
-``gather_slot(k)``, each standing for the int64 value of ``positions[k]`` (indexing,
+Each record's ``kind`` (an ``ExprKind``) tells them apart, also where two records hold equal
+fields. A gather is a load at a data-dependent place: its ``index`` holds the placeholder
+symbols ``gather_slot(k)``, each standing for the int64 value of ``positions[k]`` (indexing,
 embedding, upsampling). The buffer it reads is always computed before its kernel starts.
 
 ``dtype`` is the compute dtype: float16/bfloat16 are computed in float32.
@@ -16,16 +18,92 @@ embedding, upsampling). The buffer it reads is always computed before its kernel
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import sympy
 import torch
 
-Expr = tuple
 _UPCAST = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 SUPPORTED_DTYPES = {torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
                     torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool}
+
+
+class ExprKind(enum.IntEnum):
+    """What an expression record is (an int enum: hashed and compared at C speed)."""
+
+    LOAD = 0
+    GATHER = 1
+    CONST = 2
+    INDEX = 3
+    CAST = 4
+    PRIM = 5
+    VAR = 6
+
+
+class Load(NamedTuple):
+    """``buf[index]``, read in the compute dtype."""
+
+    dtype: torch.dtype
+    buf: str
+    index: sympy.Expr
+    kind: ExprKind = ExprKind.LOAD
+
+
+class Gather(NamedTuple):
+    """``buf[index]`` where ``index`` holds ``gather_slot(k)`` for the value of ``positions[k]``."""
+
+    dtype: torch.dtype
+    buf: str
+    index: sympy.Expr
+    positions: tuple
+    kind: ExprKind = ExprKind.GATHER
+
+
+class Const(NamedTuple):
+    """A literal (bool, int or float, as ``dtype`` wants)."""
+
+    dtype: torch.dtype
+    value: object
+    kind: ExprKind = ExprKind.CONST
+
+
+class Index(NamedTuple):
+    """The value of an index expression (sizes, loop variables) as ``dtype``."""
+
+    dtype: torch.dtype
+    expr: sympy.Expr
+    kind: ExprKind = ExprKind.INDEX
+
+
+class Cast(NamedTuple):
+    """``x`` converted to ``dtype``."""
+
+    dtype: torch.dtype
+    x: Expr
+    kind: ExprKind = ExprKind.CAST
+
+
+class PrimOp(NamedTuple):
+    """The prim ``prim`` (see ``prims.PRIMS``) applied to ``args``; ``dtype`` is its result's."""
+
+    dtype: torch.dtype
+    prim: str
+    args: tuple
+    kind: ExprKind = ExprKind.PRIM
+
+
+class Var(NamedTuple):
+    """A named value of the kernel (a reduction's accumulator)."""
+
+    dtype: torch.dtype
+    name: str
+    kind: ExprKind = ExprKind.VAR
+
+
+Expr = Load | Gather | Const | Index | Cast | PrimOp | Var
 
 
 class Unsupported(Exception):
@@ -36,7 +114,7 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return _UPCAST.get(dtype, dtype)
 
 
-def const(value, dtype: torch.dtype) -> Expr:
+def const(value, dtype: torch.dtype) -> Const:
     dtype = compute_dtype(dtype)
     if dtype == torch.bool:
         value = bool(value)
@@ -44,20 +122,31 @@ def const(value, dtype: torch.dtype) -> Expr:
         value = float(value)
     else:
         value = int(value)
-    return ("const", dtype, value)
+    return Const(dtype, value)
 
 
 def cast(x: Expr, dtype: torch.dtype) -> Expr:
     dtype = compute_dtype(dtype)
-    if x[1] == dtype:
+    if x.dtype == dtype:
         return x
-    if x[0] == "const":
-        return const(x[2], dtype)
-    return ("cast", dtype, x)
+    if isinstance(x, Const):
+        return const(x.value, dtype)
+    return Cast(dtype, x)
 
 
-def op(name: str, dtype: torch.dtype, *args: Expr) -> Expr:
-    return ("op", compute_dtype(dtype), name, *args)
+def op(name: str, dtype: torch.dtype, *args: Expr) -> PrimOp:
+    return PrimOp(compute_dtype(dtype), name, args)
+
+
+def operands(e: Expr) -> tuple:
+    """The sub-expressions ``e`` computes from (a gather's positions, a cast's value)."""
+    if isinstance(e, PrimOp):
+        return e.args
+    if isinstance(e, Cast):
+        return (e.x,)
+    if isinstance(e, Gather):
+        return e.positions
+    return ()
 
 
 def walk(e: Expr):
@@ -66,10 +155,7 @@ def walk(e: Expr):
     while stack:
         x = stack.pop()
         yield x
-        if x[0] == "cast":
-            stack.append(x[2])
-        elif x[0] in ("op", "gather"):
-            stack.extend(x[3:] if x[0] == "op" else x[4:])
+        stack.extend(operands(x))
 
 
 def gather_slot(k: int) -> sympy.Symbol:
@@ -83,36 +169,68 @@ def size_symbols(index) -> set:
     return {f for f in sympy.sympify(index).free_symbols if not f.name.startswith("gather_slot")}
 
 
-def gather(dtype: torch.dtype, buf: str, index, positions: Sequence[Expr]) -> Expr:
-    return ("gather", compute_dtype(dtype), buf, index, *positions)
+def gather(dtype: torch.dtype, buf: str, index, positions: Sequence[Expr]) -> Gather:
+    return Gather(compute_dtype(dtype), buf, index, tuple(positions))
 
 
 def reads_of(e: Expr) -> set[str]:
     """Buffers ``e`` reads, directly or through a gather."""
-    return {x[2] for x in walk(e) if x[0] in ("load", "gather")}
+    return {x.buf for x in walk(e) if isinstance(x, (Load, Gather))}
 
 
 def gathered(e: Expr) -> set[str]:
     """Buffers ``e`` reads at data-dependent places."""
-    return {x[2] for x in walk(e) if x[0] == "gather"}
+    return {x.buf for x in walk(e) if isinstance(x, Gather)}
 
 
-def map_loads(e: Expr, fn: Callable[[Expr], Expr], memo: dict | None = None) -> Expr:
-    """Rebuild ``e`` with every load replaced by ``fn(load)``."""
+def loads(e: Expr) -> list[Load]:
+    """The plain loads in ``e`` (gathers excluded)."""
+    return [x for x in walk(e) if isinstance(x, Load)]
+
+
+def rebuild(e: Expr, fn: Callable[[Expr], Expr | None], memo: dict | None = None) -> Expr:
+    """``e`` with every sub-expression ``x`` for which ``fn(x)`` is not None replaced by it
+    (not looked into further), and the rest rebuilt over their rewritten operands."""
     memo = {} if memo is None else memo
     if e in memo:
         return memo[e]
-    kind = e[0]
-    if kind == "load":
-        out = fn(e)
-    elif kind == "cast":
-        out = ("cast", e[1], map_loads(e[2], fn, memo))
-    elif kind == "op":
-        out = ("op", e[1], e[2], *(map_loads(a, fn, memo) for a in e[3:]))
-    elif kind == "gather":
-        out = (*e[:4], *(map_loads(a, fn, memo) for a in e[4:]))
+    out = fn(e)
+    if out is None:
+        if isinstance(e, PrimOp):
+            out = e._replace(args=tuple(rebuild(a, fn, memo) for a in e.args))
+        elif isinstance(e, Cast):
+            out = e._replace(x=rebuild(e.x, fn, memo))
+        elif isinstance(e, Gather):
+            out = e._replace(positions=tuple(rebuild(a, fn, memo) for a in e.positions))
+        else:
+            out = e
+    memo[e] = out
+    return out
+
+
+def map_loads(e: Expr, fn: Callable[[Load], Expr], memo: dict | None = None) -> Expr:
+    """Rebuild ``e`` with every load replaced by ``fn(load)``."""
+    return rebuild(e, lambda x: fn(x) if isinstance(x, Load) else None, memo)
+
+
+def invariant(e: Expr, loop_vars: set, memo: dict) -> bool:
+    """``e`` does not depend on the loop variables ``loop_vars`` (``memo`` caches answers for
+    one set of variables)."""
+    if e in memo:
+        return memo[e]
+    if isinstance(e, Load):
+        out = not (e.index.free_symbols & loop_vars)
+    elif isinstance(e, Gather):
+        out = not (e.index.free_symbols & loop_vars) and all(
+            [invariant(a, loop_vars, memo) for a in e.positions])
+    elif isinstance(e, Index):
+        out = not (e.expr.free_symbols & loop_vars)
+    elif isinstance(e, Cast):
+        out = invariant(e.x, loop_vars, memo)
+    elif isinstance(e, PrimOp):
+        out = all([invariant(a, loop_vars, memo) for a in e.args])
     else:
-        out = e
+        out = True
     memo[e] = out
     return out
 
@@ -188,7 +306,7 @@ class StridedView(TensorValue):
         return out
 
     def load(self, index: Sequence) -> Expr:
-        return ("load", compute_dtype(self.dtype), self.buf.name, self.flat_index(index))
+        return Load(compute_dtype(self.dtype), self.buf.name, self.flat_index(index))
 
     def is_natural(self) -> bool:
         return (self.offset == 0 and same_sizes(self.size, self.buf.size)
@@ -285,9 +403,9 @@ def op_count(e: Expr) -> int:
     out, stack = 0, [e]
     while stack:
         x = stack.pop()
-        if x[0] == "op":
+        if isinstance(x, PrimOp):
             out += 1
-            stack.extend(x[3:])
-        elif x[0] == "cast":
-            stack.append(x[2])
+            stack.extend(x.args)
+        elif isinstance(x, Cast):
+            stack.append(x.x)
     return out

@@ -12,6 +12,7 @@ logged at DEBUG on ``ember.schedule`` with their reason.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import sympy
 
@@ -26,7 +27,7 @@ log = get_logger("schedule")
 class Item:
     kind: str  # "store" | "reduce"
     node: object
-    expr: tuple
+    expr: ir.Expr
     index: object = None  # store index (loop items) in kernel variables
     var: str = ""  # name of the reduction / scalar result
 
@@ -56,19 +57,25 @@ class Refused(Exception):
     pass
 
 
+class _Produced(NamedTuple):
+    """A value a kernel under construction computes: ``kind`` "acc" (a reduction's result),
+    "scalar" (once per outer point) or "loop" (per inner point); where and how to read it."""
+
+    kind: str
+    stage: int
+    index: object
+    value: ir.Expr
+
+
 def _flat(vars_, sizes):
     return sum((v * s for v, s in zip(vars_, ir.contiguous_strides(sizes))), sympy.Integer(0))
-
-
-def _loads(e):
-    return [x for x in ir.walk(e) if x[0] == "load"]
 
 
 def build(nodes: list, outer: list, name: str = "kernel") -> Kernel:
     """Lay ``nodes`` out as one kernel over ``outer``; raises Refused with the reason."""
     xs = ir.index_vars("x", len(outer))
     flat_o = _flat(xs, outer)
-    produced: dict[str, tuple] = {}  # buffer -> (kind, stage number, index, value expr)
+    produced: dict[str, _Produced] = {}
     stages: list[Stage] = []
     for node in nodes:
         size = node.buf.size
@@ -95,25 +102,25 @@ def build(nodes: list, outer: list, name: str = "kernel") -> Kernel:
         if indirect:
             raise Refused(f"{node.buf.name} gathers from {sorted(indirect)} at data-dependent "
                           f"places: they must be complete before this kernel")
-        loads = [ld for ld in _loads(expr) if ld[2] in produced]
-        if join and any(produced[ld[2]][0] == "acc" and produced[ld[2]][1] == last
+        loads = [ld for ld in ir.loads(expr) if ld.buf in produced]
+        if join and any(produced[ld.buf].kind == "acc" and produced[ld.buf].stage == last
                         for ld in loads):
             join = False
         here = last if join else last + 1
         subst = {}
         for ld in loads:
-            pkind, pstage, pindex, pvalue = produced[ld[2]]
-            if pkind in ("acc", "scalar"):
-                if not ir.same(ld[3], flat_o):
-                    raise Refused(f"{node.buf.name} reads {ld[2]} at {ld[3]}, not at the "
+            p = produced[ld.buf]
+            if p.kind in ("acc", "scalar"):
+                if not ir.same(ld.index, flat_o):
+                    raise Refused(f"{node.buf.name} reads {ld.buf} at {ld.index}, not at the "
                                   f"current outer point")
-                subst[ld] = pvalue
+                subst[ld] = p.value
             else:
-                if kind != "loop" or not ir.same(ld[3], pindex) or not ir.same_sizes(
-                        stages[pstage].rsizes, rsizes):
-                    raise Refused(f"{node.buf.name} reads {ld[2]} at another loop point")
-                if pstage == here:
-                    subst[ld] = pvalue
+                if kind != "loop" or not ir.same(ld.index, p.index) or not ir.same_sizes(
+                        stages[p.stage].rsizes, rsizes):
+                    raise Refused(f"{node.buf.name} reads {ld.buf} at another loop point")
+                if p.stage == here:
+                    subst[ld] = p.value
         if subst:
             expr = ir.map_loads(expr, lambda ld, s=subst: s.get(ld, ld))
         if not join:
@@ -122,12 +129,12 @@ def build(nodes: list, outer: list, name: str = "kernel") -> Kernel:
         if isinstance(node, Reduction):
             var = f"acc_{node.buf.name}"
             stage.items.append(Item("reduce", node, expr, None, var))
-            value = ir.cast(("var", ir.compute_dtype(node.acc_dtype), var), node.buf.dtype)
-            produced[node.buf.name] = ("acc", here, flat_o, value)
+            value = ir.cast(ir.Var(ir.compute_dtype(node.acc_dtype), var), node.buf.dtype)
+            produced[node.buf.name] = _Produced("acc", here, flat_o, value)
         else:
             stage.items.append(Item("store", node, expr, index))
-            produced[node.buf.name] = ("scalar" if kind == "scalar" else "loop", here, index,
-                                       expr)
+            produced[node.buf.name] = _Produced("scalar" if kind == "scalar" else "loop", here,
+                                                index, expr)
     if len(nodes) > 1 and outer:
         _check_orientation(stages, xs[-1])
     return Kernel(name, list(outer), stages, list(nodes))
@@ -160,7 +167,7 @@ def loads_walk_outer(k: Kernel) -> bool:
         if st.kind != "loop" or not st.rsizes:
             continue
         rs = ir.index_vars("r", len(st.rsizes))
-        walks |= {_walk(ld[3], x_last, rs) for it in st.items for ld in _loads(it.expr)}
+        walks |= {_walk(ld.index, x_last, rs) for it in st.items for ld in ir.loads(it.expr)}
     return "column" in walks and "row" not in walks
 
 
@@ -171,7 +178,7 @@ def _check_orientation(stages, x_last) -> None:
     for st in stages:
         rs = ir.index_vars("r", len(st.rsizes)) if st.rsizes else []
         for it in st.items:
-            seen |= {_walk(ld[3], x_last, rs) for ld in _loads(it.expr)}
+            seen |= {_walk(ld.index, x_last, rs) for ld in ir.loads(it.expr)}
             if it.index is not None:
                 seen.add(_walk(it.index, x_last, rs))
     seen.discard(None)
@@ -210,8 +217,8 @@ def _collapse(k: Kernel) -> None:
     vars_ = ir.index_vars("x", len(k.outer)) + ir.index_vars("r", len(st.rsizes))
     exprs = [it.index for it in st.items]
     for it in st.items:
-        exprs += [ld[3] for ld in _loads(it.expr)]
-        exprs += [x[2] for x in ir.walk(it.expr) if x[0] == "index"]
+        exprs += [ld.index for ld in ir.loads(it.expr)]
+        exprs += [x.expr for x in ir.walk(it.expr) if isinstance(x, ir.Index)]
     vset = set(vars_)
     coefs = []
     for e in exprs:
@@ -236,48 +243,32 @@ def _collapse(k: Kernel) -> None:
     for e, (e0, c) in zip(exprs, coefs):
         mapping[e] = e0 + sum((c[g[-1]] * y for g, y in zip(groups, nv)), sympy.Integer(0))
 
-    def rebuild(e):
-        memo: dict = {}
-
-        def go(x):
-            if x in memo:
-                return memo[x]
-            if x[0] == "load":
-                out = ("load", x[1], x[2], mapping[x[3]])
-            elif x[0] == "index":
-                out = ("index", x[1], mapping[x[2]])
-            elif x[0] == "cast":
-                out = ("cast", x[1], go(x[2]))
-            elif x[0] == "op":
-                out = ("op", x[1], x[2], *(go(a) for a in x[3:]))
-            else:
-                out = x
-            memo[x] = out
-            return out
-        return go(e)
+    def remap(x):
+        if isinstance(x, ir.Load):
+            return x._replace(index=mapping[x.index])
+        if isinstance(x, ir.Index):
+            return x._replace(expr=mapping[x.expr])
+        return None
 
     for it in st.items:
         it.index = mapping[it.index]
-        it.expr = rebuild(it.expr)
+        it.expr = ir.rebuild(it.expr, remap)
     # rename y -> x (outer) / r (inner) so codegen sees its usual variables
     outer_n = len(new_sizes) - 1
     ren = {y: v for y, v in zip(nv, ir.index_vars("x", outer_n) + ir.index_vars("r", 1))}
+
+    def rename(x):
+        if isinstance(x, ir.Load):
+            return x._replace(index=x.index.xreplace(ren))
+        if isinstance(x, ir.Index):
+            return x._replace(expr=x.expr.xreplace(ren))
+        return None
+
     for it in st.items:
         it.index = it.index.xreplace(ren)
-        it.expr = ir.map_loads(it.expr, lambda ld: ("load", ld[1], ld[2], ld[3].xreplace(ren)))
-        it.expr = _rename_index(it.expr, ren)
+        it.expr = ir.rebuild(it.expr, rename)
     k.outer = new_sizes[:-1]
     st.rsizes = new_sizes[-1:]
-
-
-def _rename_index(e, ren):
-    if e[0] == "index":
-        return ("index", e[1], e[2].xreplace(ren))
-    if e[0] == "cast":
-        return ("cast", e[1], _rename_index(e[2], ren))
-    if e[0] == "op":
-        return ("op", e[1], e[2], *(_rename_index(a, ren) for a in e[3:]))
-    return e
 
 
 LOOKAHEAD = 32  # later nodes tried for the open kernel when the next one is refused

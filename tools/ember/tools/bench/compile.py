@@ -279,7 +279,7 @@ def _overhead(backends: list[str], quick: bool) -> list[str]:
 
 
 def _graph_count() -> int:
-    from ember.core.compiler.backend import stats
+    from ember.core.compiler.pipeline import stats
 
     return stats["graphs_compiled"] + stats["graphs_fallback"]
 

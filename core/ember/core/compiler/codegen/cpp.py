@@ -7,13 +7,16 @@ OpenMP reductions. Sizes are ``int64_t`` arguments, so one build serves every sh
 
 from __future__ import annotations
 
+import functools
 import math
+from importlib import resources
 
 import sympy
 import torch
 
-from ember.core.compiler import ir
-from ember.core.compiler.prims import CPP_PRELUDE, PRIMS, REDUCTIONS, mvec_declarations
+from ember.core.compiler import ir, passes
+from ember.core.compiler.codegen.common import cpp_index, signature
+from ember.core.compiler.prims import PRIMS, REDUCTIONS
 from ember.core.compiler.schedule import Kernel, loads_walk_outer
 
 CTYPES = {
@@ -28,72 +31,108 @@ _INT_LIMITS = {
 }
 PARALLEL_MIN_WORK = 1 << 16  # elements of work below which a fork/join costs more than it saves
 
+# prim -> C++ template: ``{0}``.. are the operands, ``{T}`` the C++ type they compute in.
+TEMPLATES: dict[str, str] = {
+    "add": "({0} + {1})",
+    "sub": "({0} - {1})",
+    "mul": "({0} * {1})",
+    "truediv": "({0} / {1})",
+    "neg": "(-{0})",
+    "abs": "std::abs({0})",
+    "maximum": "e_max<{T}>({0}, {1})",
+    "minimum": "e_min<{T}>({0}, {1})",
+    "sign": "static_cast<{T}>(({0} > 0) - ({0} < 0))",
+    "exp": "e_exp({0})",
+    "exp2": "std::exp2({0})",
+    "expm1": "std::expm1({0})",
+    "log": "std::log({0})",
+    "log2": "std::log2({0})",
+    "log10": "std::log10({0})",
+    "log1p": "std::log1p({0})",
+    "sqrt": "std::sqrt({0})",
+    "rsqrt": "(static_cast<{T}>(1) / std::sqrt({0}))",
+    "reciprocal": "(static_cast<{T}>(1) / {0})",
+    "sigmoid": "(static_cast<{T}>(1) / (static_cast<{T}>(1) + e_exp(-{0})))",
+    "sin": "std::sin({0})",
+    "cos": "std::cos({0})",
+    "tan": "std::tan({0})",
+    "asin": "std::asin({0})",
+    "acos": "std::acos({0})",
+    "atan": "std::atan({0})",
+    "sinh": "std::sinh({0})",
+    "cosh": "std::cosh({0})",
+    "tanh": "std::tanh({0})",
+    "asinh": "std::asinh({0})",
+    "acosh": "std::acosh({0})",
+    "atanh": "std::atanh({0})",
+    "erf": "e_erf({0})",
+    "erfc": "std::erfc({0})",
+    "floor": "std::floor({0})",
+    "ceil": "std::ceil({0})",
+    "trunc": "std::trunc({0})",
+    "round": "std::nearbyint({0})",
+    "pow": "std::pow({0}, {1})",
+    "atan2": "std::atan2({0}, {1})",
+    "fmod": "e_fmod<{T}>({0}, {1})",
+    "remainder": "e_rem<{T}>({0}, {1})",
+    "floordiv": "e_floordiv<{T}>({0}, {1})",
+    "truncdiv": "e_truncdiv<{T}>({0}, {1})",
+    "isnan": "({0} != {0})",
+    "isinf": "(std::abs({0}) == INFINITY)",
+    "eq": "({0} == {1})",
+    "ne": "({0} != {1})",
+    "lt": "({0} < {1})",
+    "le": "({0} <= {1})",
+    "gt": "({0} > {1})",
+    "ge": "({0} >= {1})",
+    "logical_and": "({0} && {1})",
+    "logical_or": "({0} || {1})",
+    "logical_xor": "({0} != {1})",
+    "logical_not": "(!{0})",
+    "bitwise_and": "static_cast<{T}>({0} & {1})",
+    "bitwise_or": "static_cast<{T}>({0} | {1})",
+    "bitwise_xor": "static_cast<{T}>({0} ^ {1})",
+    "bitwise_not": "static_cast<{T}>(~{0})",
+    "where": "({0} ? {1} : {2})",
+}
+# reduction -> its OpenMP ``reduction(op: ...)`` operator
+OMP_REDUCTIONS = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "|"}
+
+# glibc's libmvec has SIMD versions of these; declaring them lets `omp simd` loops call
+# them (glibc only declares them under -ffast-math, which would break NaN semantics).
+MVEC_UNARY = ("acos acosh asin asinh atan atanh cbrt cos cosh erfc erf exp10 exp2 exp expm1 "
+              "log10 log1p log2 log sin sinh tan tanh").split()
+MVEC_BINARY = ("atan2", "pow")
+
+
+def mvec_declarations() -> str:
+    lines = ['extern "C" {', '#define E_SIMD __attribute__((__simd__("notinbranch")))']
+    for f in MVEC_UNARY:
+        lines.append(f"E_SIMD float {f}f(float); E_SIMD double {f}(double);")
+    for f in MVEC_BINARY:
+        lines.append(f"E_SIMD float {f}f(float, float); E_SIMD double {f}(double, double);")
+    return "\n".join(lines + ["}"]) + "\n"
+
+
+@functools.lru_cache(maxsize=1)
+def prelude() -> str:
+    """The helpers every translation unit starts with (``cpp_prelude.h``, package data)."""
+    return resources.files("ember.core.compiler.codegen").joinpath("cpp_prelude.h").read_text()
+
+
+def prim_table_markdown() -> str:
+    """The prim set with its C++ spellings as a Markdown table (for the docs); ``|`` escaped."""
+    def esc(text: str) -> str:
+        return text.replace("|", "\\|")
+    rows = ["| prim | arity | kind | C++ |", "|---|---|---|---|"]
+    rows += [f"| {n} | {p.arity} | {p.kind} | `{esc(TEMPLATES[n])}` |" for n, p in PRIMS.items()]
+    rows += [f"| {n} (reduction) | 1 | reduction | `{esc(OMP_REDUCTIONS[n])}` from {init} |"
+             for n, init in REDUCTIONS.items()]
+    return "\n".join(rows)
+
 
 def ctype(dtype: torch.dtype) -> str:
     return CTYPES[ir.compute_dtype(dtype)]
-
-
-def index_str(e, lang: str = "c") -> str:
-    """Print a non-negative integer index expression as C++ or Python."""
-    e = sympy.sympify(e)
-    if e.is_Integer:
-        return str(int(e))
-    if e.is_Float:
-        return repr(float(e))
-    if e.is_Symbol:
-        return e.name
-    if e.is_Add:
-        return "(" + " + ".join(index_str(a, lang) for a in e.args) + ")"
-    if e.is_Mul:
-        num, den = sympy.fraction(e)
-        if den != 1 and _is_float_expr(e):
-            return f"({index_str(num, lang)} / {index_str(den, lang)})" if lang == "py" else \
-                f"(static_cast<double>({index_str(num, lang)}) / {index_str(den, lang)})"
-        if den != 1:
-            return index_str(sympy.floor(e), lang)
-        return "(" + " * ".join(index_str(a, lang) for a in e.args) + ")"
-    if e.is_Pow and e.exp.is_Integer and e.exp > 0:
-        return "(" + " * ".join([index_str(e.base, lang)] * int(e.exp)) + ")"
-    div = "//" if lang == "py" else "/"
-    if isinstance(e, sympy.floor):
-        num, den = sympy.fraction(sympy.together(e.args[0]))
-        return f"({index_str(num, lang)} {div} {index_str(den, lang)})"
-    if isinstance(e, sympy.Mod):
-        return f"({index_str(e.args[0], lang)} % {index_str(e.args[1], lang)})"
-    if isinstance(e, (sympy.Max, sympy.Min)):
-        fn = ("max" if isinstance(e, sympy.Max) else "min")
-        if lang == "py":
-            return f"{fn}({', '.join(index_str(a, lang) for a in e.args)})"
-        a = [index_str(x, lang) for x in e.args]
-        out = a[0]
-        for b in a[1:]:
-            cmp = ">" if fn == "max" else "<"
-            out = f"(({out}) {cmp} ({b}) ? ({out}) : ({b}))"
-        return out
-    name = type(e).__name__  # torch's shape-env functions (torch.utils._sympy.functions)
-    a = [index_str(x, lang) for x in e.args]
-    if name in ("FloorDiv", "CleanDiv") and len(a) == 2:
-        return f"({a[0]} {div} {a[1]})"
-    if name in ("IntTrueDiv", "FloatTrueDiv") and len(a) == 2:
-        return f"({a[0]} / {a[1]})" if lang == "py" else \
-            f"(static_cast<double>({a[0]}) / static_cast<double>({a[1]}))"
-    if name == "ToFloat" and len(a) == 1:
-        return f"float({a[0]})" if lang == "py" else f"static_cast<double>({a[0]})"
-    if name in ("PythonMod", "Mod") and len(a) == 2:
-        return f"({a[0]} % {a[1]})"
-    if name == "ModularIndexing" and len(a) == 3:
-        return f"(({a[0]} {div} {a[1]}) % {a[2]})"
-    if name == "CeilDiv" and len(a) == 2:
-        return f"(({a[0]} + {a[1]} - 1) {div} {a[1]})"
-    if name in ("Identity", "TruncToInt") and len(a) == 1:
-        return a[0]
-    raise ir.Unsupported(f"cannot print index {e!r}")  # the graph falls back to eager
-
-
-def _is_float_expr(e) -> bool:
-    return any(a.is_Float for a in e.atoms(sympy.Number)) or any(
-        type(f).__name__ in ("ToFloat", "FloatTrueDiv", "IntTrueDiv")
-        for f in e.atoms(sympy.Function))
 
 
 def literal(value, dtype: torch.dtype) -> str:
@@ -114,7 +153,8 @@ def literal(value, dtype: torch.dtype) -> str:
 class _Body:
     """Emits statements with common-subexpression elimination and nested scopes."""
 
-    def __init__(self, kernel_bufs: dict):
+    def __init__(self, kernel_bufs: dict, kernel: str = ""):
+        self.kernel = kernel  # its name, for logs
         self.lines: list[str] = []
         self.memo: dict = {}
         self.depth = 1
@@ -152,35 +192,36 @@ class _Body:
     def expr(self, e) -> str:
         if e in self.memo:
             return self.memo[e]
-        kind, dt = e[0], e[1]
-        if kind == "const":
-            return literal(e[2], dt)
-        if kind == "var":
-            return self.names.get(e[2], e[2])
-        if kind in ("load", "gather"):
-            name = self.alias[e[2]].name if e[2] in self.alias else e[2]
+        dt = e.dtype
+        if isinstance(e, ir.Const):
+            return literal(e.value, dt)
+        if isinstance(e, ir.Var):
+            return self.names.get(e.name, e.name)
+        if isinstance(e, (ir.Load, ir.Gather)):
+            name = self.alias[e.buf].name if e.buf in self.alias else e.buf
             store = self.bufs[name].dtype
-            index = self.index(name, e[3])
-            if kind == "gather":  # each slot becomes the int64 temporary holding its value
+            index = self.index(name, e.index)
+            if isinstance(e, ir.Gather):  # each slot becomes the int64 temporary of its value
                 index = index.xreplace({
                     ir.gather_slot(k): sympy.Symbol(self.expr(ir.cast(p, torch.int64)),
                                                     integer=True)
-                    for k, p in enumerate(e[4:])})
-            ref = f"{name}[{index_str(index)}]"
+                    for k, p in enumerate(e.positions)})
+            ref = f"{name}[{cpp_index(index)}]"
             if store == torch.bfloat16:
                 s = f"e_bf16_to_f({ref})"
             elif store == torch.float16:
                 s = f"static_cast<float>({ref})"
             else:
                 s = ref
-        elif kind == "index":
-            s = f"static_cast<{ctype(dt)}>({index_str(e[2])})"
-        elif kind == "cast":
-            s = f"static_cast<{ctype(dt)}>({self.expr(e[2])})"
+        elif isinstance(e, ir.Index):
+            s = f"static_cast<{ctype(dt)}>({cpp_index(e.expr)})"
+        elif isinstance(e, ir.Cast):
+            s = f"static_cast<{ctype(dt)}>({self.expr(e.x)})"
         else:
-            _, _, template = PRIMS[e[2]]
-            args = [self.expr(a) for a in e[3:]]
-            s = template.format(*args, T=ctype(e[3][1]))  # operands share one compute type
+            template = TEMPLATES[e.prim]
+            args = [self.expr(a) for a in e.args]
+            # operands share one compute type
+            s = template.format(*args, T=ctype(e.args[0].dtype))
         self.count += 1
         name = f"t{self.count}"
         self.line(f"{ctype(dt)} {name} = {s};")
@@ -193,11 +234,11 @@ def _store(buf, index, value: str) -> str:
         value = f"e_f_to_bf16({value})"
     else:
         value = f"static_cast<{CTYPES[buf.dtype]}>({value})"
-    return f"{buf.name}[{index_str(index)}] = {value};"
+    return f"{buf.name}[{cpp_index(index)}] = {value};"
 
 
 def _init(rtype: str, dt: torch.dtype) -> str:
-    _, init = REDUCTIONS[rtype]
+    init = REDUCTIONS[rtype]
     if rtype in ("max", "min") and not dt.is_floating_point:
         lo, hi = _INT_LIMITS[dt]
         return lo if rtype == "max" else hi
@@ -248,7 +289,7 @@ def _output_scratch(k: Kernel, local: dict) -> dict:
         stores = [(i, it) for i, st in enumerate(k.stages) for it in st.items
                   if it.kind == "store" and it.node.buf.name == name]
         readers = [(i, j) for i, st in enumerate(k.stages) for j, it in enumerate(st.items)
-                   if any(x[0] == "load" and x[2] == name for x in ir.walk(it.expr))]
+                   if any(ld.buf == name for ld in ir.loads(it.expr))]
         if len(stores) != 1 or not readers:
             continue
         (si, sit), = stores
@@ -258,27 +299,17 @@ def _output_scratch(k: Kernel, local: dict) -> dict:
                 target.dtype != sit.node.buf.dtype or target in out.values() or \
                 si >= len(k.stages) - 1 or readers != [(len(k.stages) - 1, len(last.items) - 1)]:
             continue
-        loads = {x[3] for x in ir.walk(final.expr) if x[0] == "load" and x[2] == name}
-        read_o = any(x[0] == "load" and x[2] == target.name
-                     for st in k.stages for it in st.items for x in ir.walk(it.expr))
+        loads = {ld.index for ld in ir.loads(final.expr) if ld.buf == name}
+        read_o = any(ld.buf == target.name
+                     for st in k.stages for it in st.items for ld in ir.loads(it.expr))
         if loads == {sit.index} and ir.same(sit.index, final.index) and not read_o:
             out[name] = target
     return out
 
 
-def _replace(e, old, new, memo: dict):
-    if e == old:
-        return new
-    if e in memo:
-        return memo[e]
-    if e[0] == "cast":
-        out = ("cast", e[1], _replace(e[2], old, new, memo))
-    elif e[0] == "op":
-        out = ("op", e[1], e[2], *(_replace(a, old, new, memo) for a in e[3:]))
-    else:
-        out = e
-    memo[e] = out
-    return out
+def _replace(e, old, new):
+    """``e`` with the sub-expression ``old`` replaced by ``new`` (not inside gathers)."""
+    return ir.rebuild(e, lambda x: new if x == old else x if isinstance(x, ir.Gather) else None)
 
 
 def _stage_outputs_early(k: Kernel, taken: set) -> None:
@@ -289,8 +320,7 @@ def _stage_outputs_early(k: Kernel, taken: set) -> None:
     if len(loops) < 2 or loops[-1] != len(k.stages) - 1 or _column_major(k):
         return
     last = k.stages[-1]
-    loaded = {x[2] for st in k.stages for it in st.items for x in ir.walk(it.expr)
-              if x[0] == "load"}
+    loaded = {ld.buf for st in k.stages for it in st.items for ld in ir.loads(it.expr)}
     rset = set(ir.index_vars("r", len(last.rsizes)))
     for it in list(last.items):
         out = it.node.buf
@@ -303,12 +333,13 @@ def _stage_outputs_early(k: Kernel, taken: set) -> None:
                 continue
             earlier = {x for e in st.items for x in ir.walk(e.expr)}
             memo: dict = {}
-            shared = next((x for x in ir.walk(it.expr) if x[0] == "op" and x in earlier and
-                           x[1] == out.dtype and not _invariant(x, rset, memo)), None)
+            shared = next((x for x in ir.walk(it.expr) if isinstance(x, ir.PrimOp) and
+                           x in earlier and x.dtype == out.dtype and
+                           not ir.invariant(x, rset, memo)), None)
             if shared is None:
                 continue
             st.items.append(type(it)("store", it.node, shared, it.index))
-            it.expr = _replace(it.expr, shared, ("load", out.dtype, out.name, it.index), {})
+            it.expr = _replace(it.expr, shared, ir.Load(out.dtype, out.name, it.index))
             taken.add(out.name)
             break
 
@@ -326,35 +357,14 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
         del local[name]
     _stage_outputs_early(k, {b.name for b in alias.values()})
     xs = ir.index_vars("x", len(k.outer))
-    loop_syms = set(xs)
-    read, free = set(), set()
-    for st in k.stages:
-        loop_syms |= set(ir.index_vars("r", len(st.rsizes)))
-        for s in st.rsizes:
-            free |= sympy.sympify(s).free_symbols
-        for it in st.items:
-            for x in ir.walk(it.expr):
-                if x[0] in ("load", "gather"):
-                    read.add(x[2])
-                    free |= ir.size_symbols(x[3])
-                elif x[0] == "index":
-                    free |= x[2].free_symbols
-            if it.index is not None:
-                free |= sympy.sympify(it.index).free_symbols
-    for s in k.outer:
-        free |= sympy.sympify(s).free_symbols
-    free -= loop_syms
-    stored = [b.name for b in k.outputs]
-    read -= set(local) | set(alias)
-    bufs = sorted(read - set(stored)) + stored
-    syms = sorted(free, key=lambda s: s.name)
-    params = [f"const {CTYPES[buffers[b].dtype]}* __restrict__ {b}" for b in sorted(
-        read - set(stored))]
-    params += [f"{CTYPES[buffers[b].dtype]}* __restrict__ {b}" for b in stored]
+    sig = signature(k, private=frozenset(local) | frozenset(alias))
+    bufs, syms = sig.inputs + sig.outputs, sig.syms
+    params = [f"const {CTYPES[buffers[b].dtype]}* __restrict__ {b}" for b in sig.inputs]
+    params += [f"{CTYPES[buffers[b].dtype]}* __restrict__ {b}" for b in sig.outputs]
     params += [f"int64_t {s.name}" for s in syms]
     if tunable:
         params += [f"int64_t {p}" for p in TUNE_PARAMS]
-    body = _Body(buffers)
+    body = _Body(buffers, k.name)
     body.local = {name: xs for name in local}
     body.alias = alias
 
@@ -362,14 +372,14 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
     inner_n = sum((ir.numel(st.rsizes) for st in k.stages), sympy.Integer(0))
     work = outer_n * (inner_n if inner_n != 0 else 1)
     static_work = _static(work)
-    cond = "" if static_work is not None else f" if({index_str(work)} >= {PARALLEL_MIN_WORK})"
+    cond = "" if static_work is not None else f" if({cpp_index(work)} >= {PARALLEL_MIN_WORK})"
     par = static_work is None or static_work >= PARALLEL_MIN_WORK
     threads = ""
     if tunable:  # the tuner picks the thread count (1 = serial), so always emit the pragma
         par, cond, threads = True, "", " num_threads(e_nt)"
     outer_parallel = bool(k.outer) and par and _static(outer_n) != 1
     if tunable and k.outer:
-        body.line(f"const int64_t e_per = ({index_str(outer_n)} + e_nt * e_cpt - 1) / "
+        body.line(f"const int64_t e_per = ({cpp_index(outer_n)} + e_nt * e_cpt - 1) / "
                   f"(e_nt * e_cpt);")
         body.line("const int64_t e_chunk = e_per > 0 ? e_per : 1;")
         threads += " schedule(static, e_chunk)"
@@ -383,7 +393,7 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
         if outer_parallel:
             body.line(f"#pragma omp parallel for collapse({len(k.outer)}){cond}{threads}")
         for x, s in zip(xs, k.outer):
-            saved_outer.append(body.open(f"for (int64_t {x} = 0; {x} < {index_str(s)}; ++{x})"))
+            saved_outer.append(body.open(f"for (int64_t {x} = 0; {x} < {cpp_index(s)}; ++{x})"))
         for name, n in local.items():
             body.line(f"{CTYPES[buffers[name].dtype]} {name}[{n}];")
     inner_parallel = par and not outer_parallel
@@ -411,12 +421,12 @@ def _emit_column(body: _Body, k: Kernel, buffers, cond: str | None) -> None:
     """Outer loops, then blocks of COLUMN_BLOCK outputs with per-output accumulator arrays;
     every stage runs its inner loops outside a SIMD loop over the block."""
     xs = ir.index_vars("x", len(k.outer))
-    xl, last = xs[-1], index_str(k.outer[-1])
+    xl, last = xs[-1], cpp_index(k.outer[-1])
     saved = []
     if cond is not None:
         body.line(f"#pragma omp parallel for collapse({len(k.outer)}){cond}")
     for x, sz in zip(xs[:-1], k.outer[:-1]):
-        saved.append(body.open(f"for (int64_t {x} = 0; {x} < {index_str(sz)}; ++{x})"))
+        saved.append(body.open(f"for (int64_t {x} = 0; {x} < {cpp_index(sz)}; ++{x})"))
     saved.append(body.open(f"for (int64_t xb = 0; xb < {last}; xb += {COLUMN_BLOCK})"))
     body.line(f"const int64_t xe = (xb + {COLUMN_BLOCK} < {last}) ? xb + {COLUMN_BLOCK} : {last};")
     reds = [it for st in k.stages for it in st.items if it.kind == "reduce"]
@@ -436,7 +446,7 @@ def _emit_column(body: _Body, k: Kernel, buffers, cond: str | None) -> None:
     xloop = f"for (int64_t {xl} = xb; {xl} < xe; ++{xl})"
     for st in k.stages:
         rs = ir.index_vars("r", len(st.rsizes)) if st.kind == "loop" else []
-        inner = [body.open(f"for (int64_t {r} = 0; {r} < {index_str(sz)}; ++{r})")
+        inner = [body.open(f"for (int64_t {r} = 0; {r} < {cpp_index(sz)}; ++{r})")
                  for r, sz in zip(rs, st.rsizes)]
         body.line("#pragma omp simd")
         inner.append(body.open(xloop))
@@ -473,7 +483,7 @@ def _emit_lanes_outer(body: _Body, k: Kernel, xl, reds: list) -> None:
         body.names[it.var] = it.var
     for st in k.stages:
         rs = ir.index_vars("r", len(st.rsizes)) if st.kind == "loop" else []
-        inner = [body.open(f"for (int64_t {r} = 0; {r} < {index_str(sz)}; ++{r})")
+        inner = [body.open(f"for (int64_t {r} = 0; {r} < {cpp_index(sz)}; ++{r})")
                  for r, sz in zip(rs, st.rsizes)]
         _emit_items(body, k, st)
         for sv in reversed(inner):
@@ -524,64 +534,23 @@ def _update(body: _Body, it, acc: str, v: str) -> None:
             body.line(f"{nan} |= ({v} != {v});")
 
 
-def _invariant(e, rset: set, memo: dict) -> bool:
-    """``e`` does not depend on the inner loop variables ``rset``."""
-    if e in memo:
-        return memo[e]
-    kind = e[0]
-    if kind == "load":
-        out = not (e[3].free_symbols & rset)
-    elif kind == "gather":
-        out = not (e[3].free_symbols & rset) and all([_invariant(a, rset, memo)
-                                                      for a in e[4:]])
-    elif kind == "index":
-        out = not (e[2].free_symbols & rset)
-    elif kind == "cast":
-        out = _invariant(e[2], rset, memo)
-    elif kind == "op":
-        out = all([_invariant(a, rset, memo) for a in e[3:]])
-    else:
-        out = True
-    memo[e] = out
-    return out
-
-
-# Prims whose result jumps on a one-bit change of a floating-point argument.
-_DISCONTINUOUS = frozenset({"floor", "ceil", "trunc", "round", "floordiv", "truncdiv", "fmod",
-                            "remainder", "sign", "eq", "ne", "lt", "le", "gt", "ge"})
-
-
 def _hoist(body: _Body, items, rset: set) -> None:
-    """Emit loop-invariant sub-expressions before the inner loop; divisions by an invariant
-    become multiplications by its reciprocal (what eager's softmax / norms do)."""
+    """Emit loop-invariant sub-expressions before the inner loop, after the
+    ``divide_by_reciprocal`` pass (what eager's softmax / norms compute)."""
     memo: dict = {}
 
-    def rewrite(e, exact=False):
-        # ``exact``: the value feeds a rounding or comparing op, where the reciprocal's last
-        # bit can flip the result (round(x / 1000) at x = 2500); keep the true division there
-        if e[0] == "cast":
-            return ("cast", e[1], rewrite(e[2], exact))
-        if e[0] != "op":
-            return e
-        exact = exact or e[2] in _DISCONTINUOUS
-        args = tuple(rewrite(a, exact) for a in e[3:])
-        if e[2] == "truediv" and not exact and e[1].is_floating_point \
-                and _invariant(args[1], rset, memo) and not _invariant(args[0], rset, memo):
-            return ("op", e[1], "mul", args[0], ("op", e[1], "reciprocal", args[1]))
-        return ("op", e[1], e[2], *args)
-
     def visit(e):
-        if e[0] in ("op", "cast", "load") and _invariant(e, rset, memo):
+        if isinstance(e, (ir.PrimOp, ir.Cast, ir.Load)) and ir.invariant(e, rset, memo):
             body.expr(e)
-        elif e[0] == "cast":
-            visit(e[2])
-        elif e[0] == "op":
-            for a in e[3:]:
+        elif isinstance(e, ir.Cast):
+            visit(e.x)
+        elif isinstance(e, ir.PrimOp):
+            for a in e.args:
                 visit(a)
 
     for it in items:
         if rset:
-            it.expr = rewrite(it.expr)
+            it.expr = passes.divide_by_reciprocal(it.expr, rset, memo, where=body.kernel)
             visit(it.expr)
 
 
@@ -592,7 +561,7 @@ _SHORT_CALLS = frozenset({"exp"})
 
 
 def _calls(e) -> bool:
-    return any(x[0] == "op" and x[2] in _SHORT_CALLS and x[1].is_floating_point
+    return any(isinstance(x, ir.PrimOp) and x.prim in _SHORT_CALLS and x.dtype.is_floating_point
                for x in ir.walk(e))
 
 
@@ -605,11 +574,11 @@ def _reread(body: _Body, st, stored, rs) -> list:
         if it.kind != "reduce" or not _calls(it.expr):
             continue
         src = next((s for s in st.items if s.kind == "store" and s.expr == it.expr and
-                    s.node.buf.dtype == it.expr[1] and set(rs) <= s.index.free_symbols and
+                    s.node.buf.dtype == it.expr.dtype and set(rs) <= s.index.free_symbols and
                     (s.node.buf.name in stored or s.node.buf.name in body.alias or
                      s.node.buf.name in body.local)), None)
         if src is not None:
-            load = ("load", it.expr[1], src.node.buf.name, src.index)
+            load = ir.Load(it.expr.dtype, src.node.buf.name, src.index)
             out.append(type(it)("reduce", it.node, load, None, it.var))
     return out
 
@@ -651,7 +620,7 @@ LANES = 64  # partial sums of a re-read row: four AVX-512 vectors, four independ
 def _emit_lane_sums(body: _Body, r, size, items) -> None:
     """Sums of a row re-read from cache, as LANES partial sums added pairwise at the end: one
     vector accumulator would make the loop wait on each add's latency."""
-    n = index_str(size)
+    n = cpp_index(size)
     b, j = (sympy.Symbol(v, integer=True, nonnegative=True) for v in ("e_b", "e_j"))
     scope = body.open("")  # its own block: a row loop may hold several such sums
     for it in items:
@@ -661,7 +630,7 @@ def _emit_lane_sums(body: _Body, r, size, items) -> None:
     body.line("#pragma omp simd")
     inner = body.open(f"for (int64_t e_j = 0; e_j < {LANES}; ++e_j)")
     for it in items:
-        load = it.expr[:3] + (it.expr[3].xreplace({r: b + j}),)
+        load = it.expr._replace(index=it.expr.index.xreplace({r: b + j}))
         body.line(f"{it.var}_l[e_j] += {body.expr(load)};")
     body.close(inner)
     body.close(saved)
@@ -687,7 +656,7 @@ def _emit_loop(body: _Body, rsizes, items, stored, inner_parallel: bool, cond: s
     clauses = []
     for it in items:
         if it.kind == "reduce":
-            clauses.append(f"reduction({REDUCTIONS[it.node.rtype][0]}:{it.var})")
+            clauses.append(f"reduction({OMP_REDUCTIONS[it.node.rtype]}:{it.var})")
             if it.node.rtype in ("max", "min") and it.node.acc_dtype.is_floating_point:
                 clauses.append(f"reduction(|:{it.var}_nan)")
     red = (" " + " ".join(clauses)) if clauses else ""
@@ -700,7 +669,7 @@ def _emit_loop(body: _Body, rsizes, items, stored, inner_parallel: bool, cond: s
             body.line(f"#pragma omp parallel for{simd}{red}{cond}")
         elif innermost:
             body.line(f"#pragma omp simd{red}")
-        saved.append(body.open(f"for (int64_t {r} = 0; {r} < {index_str(s)}; ++{r})"))
+        saved.append(body.open(f"for (int64_t {r} = 0; {r} < {cpp_index(s)}; ++{r})"))
     for it in items:
         v = body.expr(it.expr)
         if it.kind == "store":
@@ -716,8 +685,7 @@ def _flat_outer(n: int, size) -> object:
     return sum((v * s for v, s in zip(xs, ir.contiguous_strides(size))), sympy.Integer(0))
 
 
-def translation_unit(kernels: list[str]) -> str:
-    from ember.core.compiler.runtime.build import has_libmvec
-
-    mvec = mvec_declarations() if has_libmvec() else ""
-    return CPP_PRELUDE + mvec + "\n" + "\n".join(kernels)
+def translation_unit(kernels: list[str], libmvec: bool) -> str:
+    """The prelude, glibc's SIMD math declarations when ``libmvec`` links, then the kernels."""
+    mvec = mvec_declarations() if libmvec else ""
+    return prelude() + mvec + "\n" + "\n".join(kernels)

@@ -1,4 +1,5 @@
-"""Triton code generation: each scheduled ``Kernel`` becomes ``@triton.jit`` functions + a launcher.
+"""Triton code generation: each scheduled ``Kernel`` becomes ``@triton.jit`` functions and a
+launch description (``runtime.triton_kernels`` loads and launches them).
 
 Two shapes of kernel:
 
@@ -7,45 +8,32 @@ Two shapes of kernel:
 - ``2d``: kernels with reductions or several stages: a program handles XBLOCK outer points
   (rows) as a ``[XBLOCK, 1]`` column; every loop stage covers its inner range in ``[1, RBLOCK]``
   tiles. *Persistent* variants hold a whole row in one tile (RBLOCK = next power of two of the
-  row, rows up to ``PERSISTENT_MAX``), *looped* variants walk long rows in RBLOCK steps with
-  ``[XBLOCK, RBLOCK]`` accumulators. Stages run in order, so fused prologues and epilogues
-  (softmax, layer_norm) stay in one kernel.
+  row; the launcher picks them for rows up to ``runtime.triton_kernels.PERSISTENT_MAX``),
+  *looped* variants walk long rows in RBLOCK steps with ``[XBLOCK, RBLOCK]`` accumulators.
+  Stages run in order, so fused prologues and epilogues (softmax, layer_norm) stay in one
+  kernel.
 
 Every variant exists with int32 and int64 indexing; the launcher takes int32 unless a buffer or
 the iteration space reaches 2**31 elements. Sizes are kernel arguments (one kernel serves
-every shape). float16/bfloat16 are computed in float32. The module source is cached on disk
-(``runtime.triton_cache``); ``mode="max-autotune"`` times block/warp/stage candidates on the real
-inputs through ``autotune.tune``.
+every shape). float16/bfloat16 are computed in float32.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 
 import sympy
 import torch
 
-from ember.core.compiler import autotune, ir
-from ember.core.compiler.codegen.cpp import index_str
-from ember.core.compiler.runtime import triton_cache
-from ember.core.compiler.runtime.triton_libdevice import interpreted
+from ember.core.compiler import ir
+from ember.core.compiler.codegen.common import py_index, signature
 from ember.core.compiler.schedule import Kernel, loads_walk_outer
-from ember.core.logs import get_logger
-
-log = get_logger("codegen")
-fallback_log = get_logger("fallback")
-
-# Process-wide counters (tests read them): graphs and kernels generated.
-stats: Counter = Counter()
 
 TL = {
     torch.float32: "tl.float32", torch.float64: "tl.float64", torch.float16: "tl.float16",
     torch.bfloat16: "tl.bfloat16", torch.int64: "tl.int64", torch.int32: "tl.int32",
     torch.int16: "tl.int16", torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
 }
-PERSISTENT_MAX = 1024  # longest row a persistent reduction holds in one tile
-INT32_LIMIT = 2 ** 31
 
 # prim -> Triton template; {T} is the operands' compute type. Float-only max/min propagate NaN.
 _LD = "libdevice.{}({{0}})"
@@ -136,7 +124,7 @@ def _literal(value, dtype: torch.dtype) -> str:
 
 
 def _index(e) -> str:
-    s = index_str(e, "py")
+    s = py_index(e)
     if "max(" in s or "min(" in s or "float(" in s:
         raise ir.Unsupported(f"Triton codegen cannot index with {e}")
     return s
@@ -210,42 +198,42 @@ class _Body:
     def expr(self, e) -> str:
         if e in self.memo:
             return self.memo[e]
-        kind, dt = e[0], e[1]
-        if kind == "var":
-            return e[2]
-        if kind == "const":
-            s = f"tl.full({self.cshape}, {_literal(e[2], dt)}, {tltype(dt)})"
-        elif kind == "load":
-            store = self.buffers[e[2]].dtype
+        dt = e.dtype
+        if isinstance(e, ir.Var):
+            return e.name
+        if isinstance(e, ir.Const):
+            s = f"tl.full({self.cshape}, {_literal(e.value, dt)}, {tltype(dt)})"
+        elif isinstance(e, ir.Load):
+            store = self.buffers[e.buf].dtype
             for name, index, value in self.forward:
-                if name == e[2] and ir.same(index, e[3]):
+                if name == e.buf and ir.same(index, e.index):
                     self.memo[e] = value
                     return value
-            s = f"tl.load({e[2]} + ({_index(e[3])}) + {self.zero}, {self.mask}, other=0)"
+            s = f"tl.load({e.buf} + ({_index(e.index)}) + {self.zero}, {self.mask}, other=0)"
             if store in (torch.float16, torch.bfloat16):
                 s += ".to(tl.float32)"
-        elif kind == "gather":  # each slot becomes the int64 tensor holding its value
+        elif isinstance(e, ir.Gather):  # each slot becomes the int64 tensor holding its value
             slots = {ir.gather_slot(k): sympy.Symbol(self.expr(ir.cast(p, torch.int64)),
                                                      integer=True)
-                     for k, p in enumerate(e[4:])}
-            s = f"tl.load({e[2]} + ({_index(e[3].xreplace(slots))}), {self.mask}, other=0)"
-            if self.buffers[e[2]].dtype in (torch.float16, torch.bfloat16):
+                     for k, p in enumerate(e.positions)}
+            s = f"tl.load({e.buf} + ({_index(e.index.xreplace(slots))}), {self.mask}, other=0)"
+            if self.buffers[e.buf].dtype in (torch.float16, torch.bfloat16):
                 s += ".to(tl.float32)"
-        elif kind == "index":
-            s = f"{self._float_index(sympy.sympify(e[2]))}.to({tltype(dt)})"
-        elif kind == "cast":
-            x = self.expr(e[2])
+        elif isinstance(e, ir.Index):
+            s = f"{self._float_index(sympy.sympify(e.expr))}.to({tltype(dt)})"
+        elif isinstance(e, ir.Cast):
+            x = self.expr(e.x)
             s = f"({x} != 0)" if dt == torch.bool else f"{x}.to({tltype(dt)})"
         else:
-            name = e[2]
-            operand_dt = e[3][1]
+            name = e.prim
+            operand_dt = e.args[0].dtype
             if name in _FLOAT_ONLY:
                 template = (_FLOAT_ONLY if operand_dt.is_floating_point else _INT)[name]
             elif name in TEMPLATES:
                 template = TEMPLATES[name]
             else:
                 raise ir.Unsupported(f"Triton codegen has no template for prim {name!r}")
-            args = [self.expr(a) for a in e[3:]]
+            args = [self.expr(a) for a in e.args]
             s = template.format(*args, T=tltype(operand_dt))
         name = self._tmp(s)
         self.memo[e] = name
@@ -354,11 +342,10 @@ def _transposing(k: Kernel) -> bool:
                for it in st.items if it.node.buf.name in k.stored):
         return False
     for it in st.items:
-        for ld in ir.walk(it.expr):
-            if ld[0] == "load":
-                e = sympy.expand(ld[3])
-                if sympy.diff(e, prev) == 1 and sympy.diff(e, last) != 1:
-                    return True
+        for ld in ir.loads(it.expr):
+            e = sympy.expand(ld.index)
+            if sympy.diff(e, prev) == 1 and sympy.diff(e, last) != 1:
+                return True
     return False
 
 
@@ -457,40 +444,16 @@ def _held_in_registers(k: Kernel) -> set[str]:
         for it in st.items:
             if it.kind == "store":
                 made[it.node.buf.name] = runs[si]
-            for x in ir.walk(it.expr):
-                if x[0] == "load":
-                    read_in.setdefault(x[2], set()).add(runs[si])
+            for ld in ir.loads(it.expr):
+                read_in.setdefault(ld.buf, set()).add(runs[si])
     return {b for b, r in made.items()
             if b not in k.must_store and read_in.get(b, set()) <= {r}}
 
 
-def _signature(k: Kernel):
-    """(buffers read, buffers written, size symbols) of a kernel, in argument order."""
-    loop_syms = set(ir.index_vars("x", len(k.outer)))
-    read, free = set(), set()
-    for st in k.stages:
-        loop_syms |= set(ir.index_vars("r", len(st.rsizes)))
-        for s in st.rsizes:
-            free |= sympy.sympify(s).free_symbols
-        for it in st.items:
-            for x in ir.walk(it.expr):
-                if x[0] in ("load", "gather"):
-                    read.add(x[2])
-                    free |= ir.size_symbols(x[3])
-                elif x[0] == "index":
-                    free |= sympy.sympify(x[2]).free_symbols
-            if it.index is not None:
-                free |= sympy.sympify(it.index).free_symbols
-    for s in k.outer:
-        free |= sympy.sympify(s).free_symbols
-    free -= loop_syms
-    stored = [b.name for b in k.outputs]
-    return sorted(read - set(stored)), stored, sorted(free, key=lambda s: s.name)
-
-
 def kernel_source(k: Kernel, buffers: dict) -> tuple[str, dict]:
     """Triton source of every variant of ``k`` and the launch description."""
-    inputs, stored, syms = _signature(k)
+    sig = signature(k)
+    inputs, stored, syms = sig.inputs, sig.outputs, sig.syms
     form = kernel_form(k)
     loops = _loop_stages(k)
     params = inputs + stored + [s.name for s in syms] + ["xnumel"]
@@ -541,218 +504,3 @@ def _column_major(k: Kernel) -> bool:
     if not k.outer or kernel_form(k) == "1d":
         return False
     return loads_walk_outer(k)
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
-def heuristic_config(form: str, xnumel: int, rmax: int, column: bool,
-                     tiles: tuple = ()) -> dict:
-    """Block sizes and warps for one launch, before (or without) autotuning."""
-    interp = interpreted()
-    if tiles and min(tiles) >= 8:
-        cap = 128 if interp else 64
-        yb, xb = min(cap, _pow2(tiles[0])), min(cap, _pow2(tiles[1]))
-        return {"YBLOCK": yb, "XBLOCK": xb, "num_warps": 4, "num_stages": 1, "tiled": True}
-    if form == "1d":
-        cap = 1 << 15 if interp else 1024
-        xb = min(cap, max(16, _pow2(xnumel)))
-        return {"XBLOCK": xb, "num_warps": 4 if xb >= 512 else 2, "num_stages": 1}
-    if rmax <= PERSISTENT_MAX:
-        rb = max(2, _pow2(rmax))
-        budget = (1 << 15) if interp else (4096 if column else 2048)
-        xb = max(1, min(_pow2(xnumel), budget // rb, 1 << 12 if interp else 64))
-        warps = max(1, min(8, xb * rb // 256))
-        return {"XBLOCK": xb, "RBLOCK": rb, "num_warps": _pow2(warps), "num_stages": 1,
-                "persistent": True}
-    if column:
-        xb, rb = (min(_pow2(xnumel), 64), 64)
-    else:
-        xb, rb = 1, 2048
-    if interp:
-        xb, rb = min(_pow2(xnumel), 1 << 4 if not column else 1 << 8), 1 << 11
-    rb = min(rb, _pow2(rmax))
-    return {"XBLOCK": xb, "RBLOCK": rb, "num_warps": 8 if xb * rb >= 2048 else 4,
-            "num_stages": 1, "persistent": False}
-
-
-def autotune_candidates(form: str, xnumel: int, rmax: int, column: bool,
-                        tiles: tuple = ()) -> list[dict]:
-    """max-autotune's search space (two candidates under the interpreter, to keep CI fast)."""
-    base = heuristic_config(form, xnumel, rmax, column, tiles)
-    if interpreted():
-        other = dict(base)
-        other["XBLOCK"] = max(1, base["XBLOCK"] // 2)
-        return [base, other] if other != base else [base]
-    out = [base]
-    if base.get("tiled"):
-        for yb, xb in ((16, 64), (32, 32), (32, 64), (64, 32), (64, 64), (32, 128)):
-            for w in (2, 4, 8):
-                out.append({**base, "YBLOCK": yb, "XBLOCK": xb, "num_warps": w})
-        out.append(heuristic_config(form, xnumel, rmax, column))  # untiled
-    elif form == "1d":
-        for xb in (256, 512, 1024, 2048):
-            for w in (2, 4, 8):
-                out.append({"XBLOCK": xb, "num_warps": w, "num_stages": 1})
-    elif base["persistent"]:
-        rb = base["RBLOCK"]
-        for xb in (1, 2, 4, 8, 16, 32, 64):
-            if xb * rb <= 16384:
-                for w in (1, 2, 4, 8):
-                    out.append({**base, "XBLOCK": xb, "num_warps": w})
-    else:
-        for xb, rb in ((1, 512), (1, 1024), (1, 2048), (1, 4096), (4, 512), (8, 256),
-                       (32, 64), (64, 64), (64, 32)):
-            for w in (4, 8):
-                for stages in (1, 2):
-                    out.append({**base, "XBLOCK": xb, "RBLOCK": rb, "num_warps": w,
-                                "num_stages": stages})
-    unique = []
-    for c in out:
-        if c not in unique:
-            unique.append(c)
-    return unique
-
-
-class Launcher:
-    """Calls one generated kernel: picks the variant and config for the sizes, computes the grid.
-
-    Arguments are the kernel's tensors then its size symbols (``spec["args"]``).
-    """
-
-    def __init__(self, module, spec: dict, source: str, tune: bool):
-        self.module, self.spec, self.tune = module, spec, tune
-        self.name = spec["name"]
-        self.n_tensors = spec["n_tensors"]
-        self.source = source
-        syms = ", ".join(spec["syms"])
-        rn = "".join(f"{index_str(r, 'py')}, " for r in spec["rnumels"])
-        tn = "".join(f"{index_str(t, 'py')}, " for t in spec["tiles"])
-        self._numels = eval(f"lambda {syms}: ({index_str(spec['xnumel'], 'py')}, ({rn}), "
-                            f"({tn}))")
-        self.configs: dict = {}
-
-    def _fn(self, cfg: dict, index64: bool):
-        tag = "p" if self.spec["form"] == "1d" or cfg.get("persistent") else "l"
-        tag = "t" if cfg.get("tiled") else tag
-        return getattr(self.module, f"{self.name}_{tag}{64 if index64 else 32}")
-
-    def _launch(self, cfg: dict, index64: bool, args, xnumel, rnumels, tiles=()) -> None:
-        fn = self._fn(cfg, index64)
-        if cfg.get("tiled"):
-            grid = (-(-tiles[0] // cfg["YBLOCK"]) * -(-tiles[1] // cfg["XBLOCK"]),)
-            fn[grid](*args, *tiles, YBLOCK=cfg["YBLOCK"], XBLOCK=cfg["XBLOCK"],
-                     num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-            return
-        grid = (-(-xnumel // cfg["XBLOCK"]),)
-        kw = {"XBLOCK": cfg["XBLOCK"], "num_warps": cfg["num_warps"],
-              "num_stages": cfg["num_stages"]}
-        if self.spec["form"] == "2d":
-            kw["RBLOCK"] = cfg["RBLOCK"]
-        fn[grid](*args, xnumel, *rnumels, **kw)
-
-    def _choose(self, args, xnumel, rnumels, tiles, index64) -> dict:
-        rmax = max(rnumels) if rnumels else 1
-        form, column = self.spec["form"], self.spec["column"]
-        if not self.tune:
-            return heuristic_config(form, xnumel, rmax, column, tiles)
-        tensors = args[:self.n_tensors]
-        device = tensors[0].device if tensors else torch.device("cpu")
-        sync = torch.cuda.synchronize if device.type == "cuda" else None
-        work = [t.clone() if isinstance(t, torch.Tensor) else t for t in args]
-
-        def measure(cfg):
-            return autotune.timeit(lambda: self._launch(cfg, index64, work, xnumel, rnumels,
-                                                        tiles),
-                                   sync=sync, warmup=1, reps=3 if interpreted() else 10)
-
-        where = "interpreter" if interpreted() else (
-            torch.cuda.get_device_name(device) if device.type == "cuda" else str(device))
-        key = [self.source, self.name, str((xnumel, rnumels, index64)),
-               str([t.dtype for t in tensors]), where]
-        return autotune.tune(key, autotune_candidates(form, xnumel, rmax, column, tiles), measure,
-                             desc=f"autotune {self.name}")
-
-    def __call__(self, *args) -> None:
-        xnumel, rnumels, tiles = self._numels(*args[self.n_tensors:])
-        if xnumel == 0:
-            return
-        index64 = xnumel * max(rnumels, default=1) >= INT32_LIMIT or any(
-            t.untyped_storage().nbytes() // t.element_size() >= INT32_LIMIT
-            for t in args[:self.n_tensors])
-        key = (xnumel, rnumels, tiles, index64)
-        cfg = self.configs.get(key)
-        if cfg is None:
-            cfg = self.configs[key] = self._choose(args, xnumel, rnumels, tiles, index64)
-        self._launch(cfg, index64, args, xnumel, rnumels, tiles)
-
-
-def load_kernels(kernels: list, buffers: dict, options: dict) -> tuple[dict, str]:
-    """Generate, cache and import one graph's kernels: ({name: (launcher, arg spec)}, source)."""
-    stats["graphs"] += 1
-    if not kernels:
-        return {}, ""
-    parts, specs = [], []
-    for k in kernels:
-        src, spec = kernel_source(k, buffers)
-        parts.append(src)
-        specs.append(spec)
-    source = PRELUDE + "\n\n" + "\n\n".join(parts)
-    module = triton_cache.load(source)
-    stats["kernels"] += len(kernels)
-    tune = options.get("mode") in ("max-autotune", "max-autotune-no-cudagraphs")
-    libs = {}
-    for spec, src in zip(specs, parts):
-        libs[spec["name"]] = (Launcher(module, spec, src, tune), spec["args"])
-    log.debug("triton: %d kernels in %s", len(kernels), getattr(module, "__file__", "?"))
-    return libs, source
-
-
-def check_device(device: str) -> str:
-    """The device type Triton kernels run on for a graph on ``device``, or Unsupported."""
-    try:
-        import triton  # noqa: F401
-    except ImportError as e:
-        raise ir.Unsupported(f"Triton codegen needs triton: {e}") from e
-    if device == "cuda":
-        return device
-    if device == "cpu" and interpreted():
-        return device
-    if device == "cpu":
-        raise ir.Unsupported("Triton codegen for CPU tensors runs only in Triton's interpreter "
-                             "(TRITON_INTERPRET=1, set before triton is imported)")
-    raise ir.Unsupported(f"Triton codegen has no target for {device!r} tensors")
-
-
-def finish(call, gm, options: dict, device: str):
-    """Wrap a graph's compiled callable: fall back to eager if a kernel fails to build on the
-    first call (Triton compiles lazily; strict mode raises), CUDA graphs for reduce-overhead."""
-    strict = bool(options.get("strict", False))
-    state: dict = {}
-
-    def run(args):
-        fn = state.get("fn")
-        if fn is not None:
-            return fn(args)
-        try:
-            out = call(args)
-        except Exception as e:
-            if strict:
-                raise
-            from ember.core.compiler import capture
-
-            fallback_log.warning("graph runs in eager ATen: a Triton kernel failed on its first "
-                                 "launch: %s: %s", type(e).__name__, e)
-            capture.record_fallback(f"<graph: {type(e).__name__}: {e}>")
-            state["fn"] = lambda a: gm.forward(*a)
-            return gm.forward(*args)
-        state["fn"] = call
-        return out
-
-    run._boxed_call = True
-    if device == "cuda" and options.get("mode") == "reduce-overhead":
-        from ember.core.compiler import cudagraphs
-
-        return cudagraphs.wrap(run, gm)
-    return run

@@ -7,14 +7,12 @@ layout are reused for later kernel outputs.
 
 from __future__ import annotations
 
-import ctypes
-
 import sympy
 import torch
 
 from ember.core.compiler import ir, modes
-from ember.core.compiler.codegen.cpp import index_str
-from ember.core.compiler.ir import Buffer, Extern, StridedView, Unsupported, walk
+from ember.core.compiler.codegen.common import py_index
+from ember.core.compiler.ir import Buffer, Extern, StridedView, Unsupported
 from ember.core.compiler.schedule import Kernel
 
 
@@ -46,12 +44,8 @@ _fast_empty_cpu = getattr(_guards, "_empty_strided_cpu", None) or \
     (lambda size, stride, dtype: torch.empty_strided(size, stride, dtype=dtype))
 
 
-def _py(e) -> str:
-    return index_str(e, "py")
-
-
 def _tup(xs) -> str:
-    return "(" + "".join(_py(x) + ", " for x in xs) + ")"
+    return "(" + "".join(py_index(x) + ", " for x in xs) + ")"
 
 
 class WrapperBuilder:
@@ -110,10 +104,10 @@ class WrapperBuilder:
             if a.is_natural():
                 return a.buf.name
             self._need(a.size + a.stride + [a.offset])
-            return f"_view({a.buf.name}, {_tup(a.size)}, {_tup(a.stride)}, {_py(a.offset)})"
+            return f"_view({a.buf.name}, {_tup(a.size)}, {_tup(a.stride)}, {py_index(a.offset)})"
         if isinstance(a, sympy.Expr):
             self._need([a])
-            return _py(a) if a.is_integer else f"float({_py(a)})"
+            return py_index(a) if a.is_integer else f"float({py_index(a)})"
         if isinstance(a, (list, tuple)):
             inner = "".join(self._arg(x) + ", " for x in a)
             return f"[{inner}]" if isinstance(a, list) else f"({inner})"
@@ -193,7 +187,7 @@ class WrapperBuilder:
     def _call(self, name: str, fn, arg_spec: list) -> None:
         self.globals[name] = fn
         # "buf": a data pointer (C++), "tensor": the tensor itself (Triton)
-        args = [f"{v}.data_ptr()" if kind == "buf" else v if kind == "tensor" else _py(v)
+        args = [f"{v}.data_ptr()" if kind == "buf" else v if kind == "tensor" else py_index(v)
                 for kind, v in arg_spec]
         for kind, v in arg_spec:
             if kind == "sym":
@@ -236,8 +230,9 @@ def _inplace_candidates(k: Kernel, dying: set, buffers: dict) -> dict:
     gathered = set().union(*(ir.gathered(it.expr) for it in k.stages[0].items))
     dying = dying - gathered  # read at data-dependent places: never overwritten in place
     for it in k.stages[0].items:
-        for src in {x[2] for x in walk(it.expr) if x[0] == "load" and x[2] in dying}:
-            idx = {x[3] for x in walk(it.expr) if x[0] == "load" and x[2] == src}
+        loads = ir.loads(it.expr)
+        for src in {ld.buf for ld in loads if ld.buf in dying}:
+            idx = {ld.index for ld in loads if ld.buf == src}
             readers.setdefault(src, []).append((it, idx))
     stored = {b.name for b in k.outputs}
     out = {}
@@ -252,10 +247,3 @@ def _inplace_candidates(k: Kernel, dying: set, buffers: dict) -> dict:
 def _kernel_args(libs, k: Kernel):
     _, spec = libs[k.name]
     return [v for kind, v in spec if kind in ("buf", "tensor")]
-
-
-def ctypes_function(lib: ctypes.CDLL, name: str, spec: list):
-    fn = getattr(lib, name)
-    fn.argtypes = [ctypes.c_void_p if kind == "buf" else ctypes.c_int64 for kind, _ in spec]
-    fn.restype = None
-    return fn

@@ -2,7 +2,7 @@
 
 Candidates are timed on the real arguments at the first call for each set of size
 arguments (kernels only write their outputs, so re-running one is harmless); the winner is
-cached on disk by ``ember.core.compiler.autotune`` so another process does not time again.
+cached on disk by ``runtime.autotune`` so another process does not time again.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import time
 
 import torch
 
-from ember.core.compiler import autotune
-from ember.core.compiler.runtime import build, cache
+from ember.core.compiler.runtime import autotune, build, cache
 
 PROBE_SECONDS = 2e-4  # each timing repeats the kernel until it lasts about this long
 

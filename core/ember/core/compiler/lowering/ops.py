@@ -1,28 +1,19 @@
-"""Lowering: an ATen/prims FX graph -> loop IR (Pointwise, Reduction, Extern nodes).
+"""The op table: ATen/prims overloads lowered to loop IR values.
 
-``LOWERINGS`` maps ATen overload packets to functions building IR values; views become
-strided windows or index maps (no copy), pointwise ops stay lazy and are inlined into
-their readers, reductions and externs produce buffers. Anything else becomes an eager
-fallback node (logged once per op on ``ember.fallback``).
+Pointwise ops stay lazy (inlined into their readers), views become strided windows or index
+maps (no copy), reductions produce buffers, and indexing, embeddings and ``cat`` become
+gathers (loads at data-dependent places) fused into their readers. A lowering that cannot
+handle its arguments raises ``Unsupported`` (the node runs in eager ATen).
 """
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Sequence
-
 import sympy
 import torch
-from torch.fx import GraphModule
-from torch.fx import Node as FxNode
 
 from ember.core.compiler import ir
 from ember.core.compiler.ir import (
-    Buffer,
-    Extern,
     Lazy,
-    Pointwise,
-    Reduction,
     StridedView,
     TensorValue,
     Unsupported,
@@ -32,158 +23,27 @@ from ember.core.compiler.ir import (
     contiguous_strides,
     op,
 )
+from ember.core.compiler.lowering.builders import (
+    Ctx,
+    Decline,
+    bload,
+    check_index,
+    meta_val,
+    norm_dim,
+    pointwise,
+    reduce,
+    register,
+    result_type,
+    scalar_expr,
+    sym,
+    with_dtype,
+)
 from ember.core.compiler.prims import PRIMS
-from ember.core.logs import get_logger
 
 aten = torch.ops.aten
 prims = torch.ops.prims
-_fallback_log = get_logger("fallback")
-_lower_log = get_logger("lower")
-_logged_fallbacks: set[str] = set()
-
-# Ops that are expected to run in ATen (no fallback warning): matmuls, convs, sorting,
-# indexing, random numbers and a few data-movement ops.
-EXTERN_OPS = {
-    aten.mm, aten.bmm, aten.addmm, aten.baddbmm, aten.convolution, aten.convolution_backward,
-    aten.sort, aten.topk, aten.embedding, aten.embedding_dense_backward, aten.index,
-    aten.index_select, aten.gather, aten.scatter, aten.scatter_add, aten.index_put,
-    aten.cat, aten.constant_pad_nd, aten.max_pool2d_with_indices,
-    aten.max_pool2d_with_indices_backward, aten.avg_pool2d, aten.avg_pool2d_backward,
-    aten._adaptive_avg_pool2d, aten._adaptive_avg_pool2d_backward, aten.rand, aten.randn,
-    aten.rand_like, aten.randn_like, aten.bernoulli, aten.native_dropout, aten.argmax,
-    aten.argmin, aten.max, aten.min, aten.cumsum, aten.scaled_dot_product_attention,
-    aten._scaled_dot_product_flash_attention_for_cpu,
-    aten._scaled_dot_product_flash_attention_for_cpu_backward, aten.randint, aten.randperm,
-    aten.copy_,  # input mutations AOTAutograd keeps in inference graphs
-}
-LOWERINGS: dict = {}
-
-
-def _is_extern(packet) -> bool:
-    """ATen ops expected to run in ATen, and the ops declared through ``ember.core.kernels``
-    (``ember::sdpa``, domain kernels): those are our own kernels, not an eager fallback."""
-    if packet in EXTERN_OPS:
-        return True
-    from ember.core import kernels
-
-    return getattr(packet, "_qualified_op_name", None) in kernels._registry
-# Prims worth storing rather than recomputing when a value has several readers.
-_COSTLY = {"exp", "exp2", "expm1", "log", "log1p", "log2", "tanh", "erf", "erfc", "sigmoid",
-           "pow", "sin", "cos", "tan", "atan2"}
-
-
-def register(*ops):
-    def deco(fn):
-        for o in ops:
-            LOWERINGS[o] = fn
-        return fn
-    return deco
-
-
-def sym(v):
-    """An int / SymInt / sympy value as a sympy expression."""
-    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return v.node.expr
-    if isinstance(v, bool):
-        return sympy.true if v else sympy.false
-    if isinstance(v, int):
-        return sympy.Integer(v)
-    return v
-
-
-def meta_val(node: FxNode):
-    return node.meta.get("val")
-
-
-def _scalar_expr(v, dtype: torch.dtype) -> ir.Expr:
-    if isinstance(v, sympy.Expr) and not v.is_number:
-        return cast(("index", torch.int64 if v.is_integer else torch.float64, v), dtype)
-    if isinstance(v, sympy.Expr):
-        v = float(v) if not v.is_integer else int(v)
-    return const(v, dtype)
-
-
-def bload(x, size: Sequence, index: Sequence, dtype: torch.dtype) -> ir.Expr:
-    """Load ``x`` broadcast to ``size`` at ``index``, cast to ``dtype``'s compute type."""
-    if not isinstance(x, TensorValue):
-        return _scalar_expr(x, dtype)
-    off = len(size) - len(x.size)
-    idx = [sympy.Integer(0) if (s == 1 and size[off + i] != 1) else index[off + i]
-           for i, s in enumerate(x.size)]
-    return cast(x.load(idx), dtype)
-
-
-def _proto(x):
-    """A stand-in for torch.result_type: 0-dim tensors and scalars promote weakly."""
-    if isinstance(x, TensorValue):
-        return torch.empty([0] if x.size else [], dtype=x.dtype)
-    if isinstance(x, sympy.Expr):
-        return 1 if x.is_integer else 1.0
-    return x
-
-
-def result_type(*xs) -> torch.dtype:
-    protos = [_proto(x) for x in xs]
-    if len(protos) == 1:
-        p = protos[0]
-        return p.dtype if isinstance(p, torch.Tensor) else torch.tensor(p).dtype
-    out = torch.result_type(protos[0], protos[1])
-    for p in protos[2:]:
-        out = torch.promote_types(out, torch.result_type(p, torch.empty([], dtype=out)))
-    return out
-
-
-class Ctx:
-    """Per-node context handed to lowerings: the FX node and the graph being built."""
-
-    def __init__(self, graph: GraphLowering, node: FxNode):
-        self.graph, self.node = graph, node
-        self.val = meta_val(node)
-
-    @property
-    def size(self) -> list:
-        return [sym(s) for s in self.val.shape]
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.val.dtype
-
-
-def pointwise(ctx: Ctx, name: str, *args) -> Lazy:
-    if name == "bitwise_not" and ctx.dtype == torch.bool:
-        name = "logical_not"
-    arity, kind, _ = PRIMS[name]
-    out_dtype, size = ctx.dtype, ctx.size
-    if kind == "compare":
-        cdt = compute_dtype(result_type(*args))
-    elif kind == "logical":
-        cdt = torch.bool
-    elif kind == "bitwise":
-        cdt = out_dtype
-        if out_dtype.is_floating_point:
-            raise Unsupported("bitwise op on floats")
-    elif kind == "math" and not compute_dtype(out_dtype).is_floating_point:
-        if name in ("floor", "ceil", "trunc", "round"):
-            return Lazy(out_dtype, size, lambda i: bload(args[0], size, i, out_dtype))
-        raise Unsupported(f"{name} with integer result")
-    else:
-        cdt = compute_dtype(out_dtype)
-    rdt = torch.bool if kind in ("compare", "logical") else cdt
-
-    if kind == "select":
-        def fn(i):
-            return cast(op(name, cdt, bload(args[0], size, i, torch.bool),
-                           bload(args[1], size, i, cdt), bload(args[2], size, i, cdt)),
-                        out_dtype)
-    else:
-        def fn(i):
-            return cast(op(name, rdt, *(bload(a, size, i, cdt) for a in args[:arity])),
-                        out_dtype)
-    return Lazy(out_dtype, size, fn)
-
-
 def _simple(name: str):
-    arity = PRIMS[name][0]
+    arity = PRIMS[name].arity
 
     def lower(ctx, *args, **kwargs):
         # an overload with more arguments (round.decimals, ...) means something else: refuse
@@ -241,11 +101,6 @@ def _round(ctx, x, *, decimals=0):
     return Lazy(dtype, size, fn)
 
 
-def _int_out(ctx: Ctx, name: str):
-    if not compute_dtype(ctx.dtype).is_floating_point:
-        raise Unsupported(f"integer {name} (division by zero semantics)")
-
-
 @register(aten.fmod, aten.remainder)
 def _fmod(ctx, a, b):
     name = "fmod" if ctx.node.target._overloadpacket is aten.fmod else "remainder"
@@ -277,26 +132,8 @@ def _int_by_constant(ctx, name: str, a, b):
 def _add(ctx, a, b, *, alpha=1):
     name = "add" if ctx.node.target._overloadpacket is aten.add else "sub"
     if alpha != 1:
-        b = pointwise(_with_dtype(ctx, result_type(b, alpha)), "mul", b, alpha)
+        b = pointwise(with_dtype(ctx, result_type(b, alpha)), "mul", b, alpha)
     return pointwise(ctx, name, a, b)
-
-
-class _DtypeCtx(Ctx):
-    def __init__(self, ctx: Ctx, dtype, size=None):
-        self.graph, self.node, self.val = ctx.graph, ctx.node, ctx.val
-        self._dtype, self._size = dtype, size
-
-    @property
-    def dtype(self):
-        return self._dtype
-
-    @property
-    def size(self):
-        return self._size if self._size is not None else [sym(s) for s in self.val.shape]
-
-
-def _with_dtype(ctx, dtype, size=None):
-    return _DtypeCtx(ctx, dtype, size)
 
 
 @register(aten.div)
@@ -391,7 +228,7 @@ def _full(ctx, *args, **_kwargs):
     else:
         value = 0  # empty tensors: any content is valid
     dtype, size = ctx.dtype, ctx.size
-    return Lazy(dtype, size, lambda i: _scalar_expr(value, dtype))
+    return Lazy(dtype, size, lambda i: scalar_expr(value, dtype))
 
 
 @register(aten.arange, prims.iota)
@@ -407,23 +244,17 @@ def _arange(ctx, *args, **kwargs):
         dtype = ctx.dtype
         return Lazy(dtype, ctx.size, lambda i: op(
             "add", dtype, const(start, dtype),
-            op("mul", dtype, cast(("index", torch.int64, i[0]), dtype), const(step, dtype))))
+            op("mul", dtype, cast(ir.Index(torch.int64, i[0]), dtype), const(step, dtype))))
     expr_start, expr_step = sym(int(start)) if not isinstance(start, sympy.Expr) else start, \
         sym(int(step)) if not isinstance(step, sympy.Expr) else step
     dtype = ctx.dtype
     return Lazy(dtype, ctx.size,
-                lambda i: cast(("index", torch.int64, expr_start + i[0] * expr_step), dtype))
-
-
-# ---------------------------------------------------------------- views (index maps)
-
-def _norm_dim(d: int, n: int) -> int:
-    return d + n if d < 0 else d
+                lambda i: cast(ir.Index(torch.int64, expr_start + i[0] * expr_step), dtype))
 
 
 @register(aten.permute, prims.transpose)
 def _permute(ctx, x, dims):
-    dims = [_norm_dim(d, len(x.size)) for d in dims]
+    dims = [norm_dim(d, len(x.size)) for d in dims]
     if isinstance(x, StridedView):
         return StridedView(x.buf, [x.size[d] for d in dims], [x.stride[d] for d in dims],
                            x.offset)
@@ -444,7 +275,7 @@ def _t(ctx, x):
 @register(aten.transpose)
 def _transpose(ctx, x, d0, d1):
     dims = list(range(len(x.size)))
-    d0, d1 = _norm_dim(d0, len(dims)), _norm_dim(d1, len(dims))
+    d0, d1 = norm_dim(d0, len(dims)), norm_dim(d1, len(dims))
     dims[d0], dims[d1] = dims[d1], dims[d0]
     return _permute(ctx, x, dims)
 
@@ -469,7 +300,7 @@ def _expand(ctx, x, shape, bdims=None, **_kw):
 
 @register(aten.unsqueeze)
 def _unsqueeze(ctx, x, dim):
-    dim = _norm_dim(dim, len(x.size) + 1)
+    dim = norm_dim(dim, len(x.size) + 1)
     if isinstance(x, StridedView):
         return StridedView(x.buf, x.size[:dim] + [sympy.Integer(1)] + x.size[dim:],
                            x.stride[:dim] + [sympy.Integer(0)] + x.stride[dim:], x.offset)
@@ -485,7 +316,7 @@ def _squeeze(ctx, x, dims=None):
         dims = [d for d in range(n) if x.size[d] == 1]
     elif isinstance(dims, int):
         dims = [dims]
-    dims = {_norm_dim(d, n) for d in dims if x.size[_norm_dim(d, n)] == 1}
+    dims = {norm_dim(d, n) for d in dims if x.size[norm_dim(d, n)] == 1}
     keep = [d for d in range(n) if d not in dims]
     if isinstance(x, StridedView):
         return StridedView(x.buf, [x.size[d] for d in keep], [x.stride[d] for d in keep],
@@ -501,7 +332,7 @@ def _squeeze(ctx, x, dims=None):
 
 @register(aten.slice)
 def _slice(ctx, x, dim=0, start=None, end=None, step=1):
-    dim = _norm_dim(dim, len(x.size))
+    dim = norm_dim(dim, len(x.size))
     size = ctx.size
     start = sym(start or 0)
     if isinstance(start, sympy.Expr) and start.is_number and start < 0:
@@ -522,7 +353,7 @@ def _slice(ctx, x, dim=0, start=None, end=None, step=1):
 
 @register(aten.select)
 def _select(ctx, x, dim, index):
-    dim = _norm_dim(dim, len(x.size))
+    dim = norm_dim(dim, len(x.size))
     index = sym(index)
     if index.is_number and index < 0:
         index = index + x.size[dim]
@@ -545,7 +376,7 @@ def _as_strided(ctx, x, size, stride, storage_offset=None):
 def _flip(ctx, x, dims):
     """``x.flip(dims)`` as an index map: i -> size - 1 - i along each flipped dim."""
     n = len(x.size)
-    flipped = {_norm_dim(d, n) for d in dims}
+    flipped = {norm_dim(d, n) for d in dims}
     size = list(x.size)
     return Lazy(x.dtype, size, lambda i: x.load(
         [size[d] - 1 - i[d] if d in flipped else i[d] for d in range(n)]))
@@ -592,8 +423,8 @@ def _dense_scatter(ctx, x, src, cstride: list, view: list, vstride: list, offset
         t = sympy.Min(sympy.Max(lin - offset, 0), numel - 1)
         j = [sympy.floor(t / st) if k == 0 else sympy.Mod(sympy.floor(t / st), n)
              for k, (st, n) in enumerate(zip(src_stride, view))]
-        hit = op("eq", torch.bool, ("index", torch.int64, lin),
-                 ("index", torch.int64, t + offset))
+        hit = op("eq", torch.bool, ir.Index(torch.int64, lin),
+                 ir.Index(torch.int64, t + offset))
         return cast(op("where", cdt, hit, cast(src.load(j), cdt), bload(x, size, i, cdt)),
                     dtype)
     return Lazy(dtype, size, fn)
@@ -615,8 +446,8 @@ def _box_scatter(ctx, x, src, box: dict):
             q = sympy.Min(sympy.Max(sympy.floor((p - start) / step) if step > 1 else p - start,
                                     0), n - 1)
             j[d] = q
-            h = op("eq", torch.bool, ("index", torch.int64, p),
-                   ("index", torch.int64, start + step * q))
+            h = op("eq", torch.bool, ir.Index(torch.int64, p),
+                   ir.Index(torch.int64, start + step * q))
             hit = h if hit is None else op("logical_and", torch.bool, hit, h)
         new = cast(src.load(j), cdt)
         if hit is None:
@@ -646,7 +477,7 @@ def _slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
     if ctx.graph.device != "cpu" or not isinstance(src, TensorValue) or \
             not isinstance(x, TensorValue):
         raise Unsupported("slice_scatter off CPU or of a scalar")
-    dim = _norm_dim(dim, len(x.size))
+    dim = norm_dim(dim, len(x.size))
     size_d = _static_int(x.size[dim])
     start, step = (0 if start is None else _static_int(start)), _static_int(step)
     if size_d is None or start is None or step is None:
@@ -758,12 +589,12 @@ def _copy_lazy(x: TensorValue) -> Lazy:
 
 @register(aten.split, aten.split_with_sizes)
 def _split(ctx, x, sizes, dim=0):
-    dim = _norm_dim(dim, len(x.size))
+    dim = norm_dim(dim, len(x.size))
     outs, start = [], sympy.Integer(0)
     for v in ctx.val:
         n = sym(v.shape[dim])
         size = [sym(s) for s in v.shape]
-        sub = _with_dtype(ctx, x.dtype, size)
+        sub = with_dtype(ctx, x.dtype, size)
         outs.append(_slice(sub, x, dim, start, start + n, 1))
         start = start + n
     return outs
@@ -771,208 +602,9 @@ def _split(ctx, x, sizes, dim=0):
 
 @register(aten.unbind)
 def _unbind(ctx, x, dim=0):
-    dim = _norm_dim(dim, len(x.size))
-    return [_select(_with_dtype(ctx, x.dtype, [sym(s) for s in v.shape]), x, dim, k)
+    dim = norm_dim(dim, len(x.size))
+    return [_select(with_dtype(ctx, x.dtype, [sym(s) for s in v.shape]), x, dim, k)
             for k, v in enumerate(ctx.val)]
-
-
-# ---------------------------------------------------------------- reductions
-
-def reduce(ctx: Ctx, x, dims, keepdim: bool, rtype: str, out_dtype: torch.dtype,
-           acc_dtype: torch.dtype | None = None) -> StridedView:
-    n = len(x.size)
-    dims = sorted({_norm_dim(d, n) for d in dims}) if dims else list(range(n))
-    keep = [d for d in range(n) if d not in dims]
-    outer = [x.size[d] for d in keep]
-    rsizes = [x.size[d] for d in dims]
-    if acc_dtype is None:
-        acc_dtype = compute_dtype(out_dtype)
-
-    def fn(o, r):
-        idx = [None] * n
-        for d, v in zip(keep, o):
-            idx[d] = v
-        for d, v in zip(dims, r):
-            idx[d] = v
-        return cast(x.load(idx), acc_dtype)
-
-    # the same reduction of the same value (e.g. the two means in layer_norm's decomposition)
-    key = (id(x), tuple(dims), rtype, out_dtype, acc_dtype)
-    hit = ctx.graph.reductions.get(key)
-    if hit is not None and hit[0] is x:
-        buf = hit[1]
-    else:
-        buf = ctx.graph.new_buffer(out_dtype, outer)
-        ctx.graph.add(Reduction(buf, rsizes, rtype, acc_dtype, fn))
-        ctx.graph.reductions[key] = (x, buf)
-    view = StridedView.of(buf)
-    if keepdim:
-        it = iter(view.stride)
-        view = StridedView(buf, [sympy.Integer(1) if d in dims else x.size[d] for d in range(n)],
-                           [sympy.Integer(0) if d in dims else next(it) for d in range(n)])
-    return view
-
-
-# ---------------------------------------------------------------- skinny matmuls
-
-# mm/addmm with M, N or K at most this (static sizes) run as a loop reduction: BLAS is far
-# from its peak on such shapes (MKL: 190 us for [512,512] @ [512,10] here, the loop 40 us)
-SKINNY_MM = 16
-
-
-class Decline(Exception):
-    """A lowering leaves this call of an extern op to ATen, as expected (no fallback)."""
-
-
-def _skinny_mm(ctx: Ctx, a, b) -> StridedView:
-    sizes = [*a.size, b.size[-1]]
-    if ctx.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16) or \
-            not all(sympy.sympify(v).is_Integer for v in sizes) or \
-            not 0 < min(int(v) for v in sizes) <= SKINNY_MM:
-        raise Decline
-    acc = compute_dtype(ctx.dtype)
-    prod = Lazy(acc, [a.size[0], b.size[1], a.size[1]],
-                lambda i: op("mul", acc, cast(a.load([i[0], i[2]]), acc),
-                             cast(b.load([i[2], i[1]]), acc)))
-    return reduce(ctx, prod, [2], False, "sum", ctx.dtype, acc)
-
-
-ONEDNN_MIN_MACS = 1 << 26  # below this many multiply-adds (static sizes) MKL's sgemm is faster
-
-
-def _onednn_linear(ctx: Ctx, a, b, bias) -> StridedView:
-    """``a @ b (+ bias)`` with ``b`` a transposed [N, K] weight (nn.Linear) on float32 CPU
-    tensors in an inference graph, through oneDNN's linear: 5-20% faster than MKL's sgemm
-    on this AMD machine ([256,512] @ [512,2048]: 2.8 vs 3.4-3.7 ms). In training graphs it
-    made the MLP+CE step 12% slower here (cause not found), so those keep MKL, as does
-    anything else (Decline)."""
-    if not ctx.graph.inference or ctx.graph.device != "cpu" or ctx.dtype != torch.float32 \
-            or not _onednn_available():
-        raise Decline
-    # only tensors already in memory: realizing a lazy operand here would copy it, where
-    # ATen's mm takes any strides
-    if not all(isinstance(t, StridedView) for t in (a, b, bias) if t is not None):
-        raise Decline
-    if not a.is_contiguous() or not ir.same(b.stride[0], sympy.Integer(1)) or \
-            not ir.same(b.stride[1], b.size[0]) or a.dtype != b.dtype:
-        raise Decline
-    macs = ir.numel([a.size[0], a.size[1], b.size[1]])
-    if not (sympy.sympify(macs).is_Integer and int(macs) >= ONEDNN_MIN_MACS):
-        raise Decline  # oneDNN's fixed cost per call: [32,64] @ [64,64] takes 33 us vs 6 us
-    weight = StridedView(b.buf, [b.size[1], b.size[0]], [b.stride[1], b.stride[0]], b.offset)
-    if bias is not None:
-        if len(bias.size) != 1 or not bias.is_contiguous() or bias.dtype != torch.float32:
-            raise Decline
-    return ctx.graph.extern_call(torch.ops.mkldnn._linear_pointwise.default,
-                                 (a, weight, bias, "none", [], ""), ctx.val)
-
-
-def _onednn_available() -> bool:
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn,
-                                                            "_linear_pointwise")
-
-
-@register(aten.mm)
-def _mm(ctx, a, b):
-    try:
-        return _skinny_mm(ctx, a, b)
-    except Decline:
-        return _onednn_linear(ctx, a, b, None)
-
-
-@register(aten.addmm)
-def _addmm(ctx, bias, a, b, *, beta=1, alpha=1):
-    if beta != 1 or alpha != 1:
-        raise Decline
-    try:
-        mm = _skinny_mm(ctx, a, b)
-    except Decline:
-        return _onednn_linear(ctx, a, b, bias)
-    return pointwise(ctx, "add", bias, mm)
-
-
-# ---------------------------------------------------------------- gather of one element
-
-@register(aten.gather)
-def _gather(ctx, x, dim, index, *, sparse_grad=False):
-    """gather with one index per output along ``dim`` (nll_loss / cross-entropy picking the
-    target's log-probability) as a row reduction selecting ``r == index``: fused into the
-    producer's row loops, so e.g. log_softmax is never written out. An index outside
-    [0, size) raises IndexError after the kernels, as eager does before."""
-    n = len(x.size)
-    dim = _norm_dim(dim, n)
-    if ctx.graph.device != "cpu" or len(index.size) != n or \
-            not ir.same(index.size[dim], sympy.Integer(1)) or \
-            not all(ir.same(index.size[d], x.size[d]) for d in range(n) if d != dim):
-        raise Decline
-    size = list(index.size)
-    size[dim] = x.size[dim]
-    # int32 compares vectorize twice as wide; an index that wraps is caught by the check
-    it = torch.int32 if _static_below(x.size[dim], 2 ** 31) else torch.int64
-
-    def at(i):
-        j = list(i)
-        j[dim] = sympy.Integer(0)
-        return op("eq", torch.bool, ("index", it, i[dim]), cast(index.load(j), it))
-
-    acc = compute_dtype(x.dtype)
-    picked = Lazy(x.dtype, size, lambda i: op("where", acc, at(i), cast(x.load(i), acc),
-                                              const(0, acc)))
-    out = reduce(ctx, picked, [dim], True, "sum", x.dtype, acc)
-    _check_index(ctx, index, x.size[dim], f"gather: an index along dim {dim}")
-    return out
-
-
-@register(aten.scatter)
-def _scatter(ctx, x, dim, index, src=None, *, value=None, reduce=None):
-    """scatter of one element per row along ``dim`` (nll_loss backward writing -1 at the
-    target) as a pointwise select ``r == index ? src : x``: no copy of ``x``, no ATen call;
-    an index outside [0, size) raises IndexError after the kernels."""
-    n = len(x.size)
-    dim = _norm_dim(dim, n)
-    if value is not None:
-        src = value
-    if reduce is not None or ctx.graph.device != "cpu" or len(index.size) != n or \
-            not ir.same(index.size[dim], sympy.Integer(1)) or \
-            not all(ir.same(index.size[d], x.size[d]) for d in range(n) if d != dim) or \
-            (isinstance(src, TensorValue) and not all(
-                ir.same(src.size[d], index.size[d]) for d in range(n))):
-        raise Decline
-    it = torch.int32 if _static_below(x.size[dim], 2 ** 31) else torch.int64
-    cdt = compute_dtype(ctx.dtype)
-
-    def fn(i):
-        j = list(i)
-        j[dim] = sympy.Integer(0)
-        hit = op("eq", torch.bool, ("index", it, i[dim]), cast(index.load(j), it))
-        new = cast(src.load(j), cdt) if isinstance(src, TensorValue) else \
-            _scalar_expr(src, cdt)
-        return cast(op("where", cdt, hit, new, cast(x.load(i), cdt)), ctx.dtype)
-
-    _check_index(ctx, index, x.size[dim], f"scatter: an index along dim {dim}")
-    return Lazy(ctx.dtype, list(x.size), fn)
-
-
-def _check_index(ctx: Ctx, index, size, what: str, wrap: bool = False) -> None:
-    """Flag (for the wrapper's IndexError) an element of ``index`` outside [0, size), or
-    outside [-size, size) with ``wrap`` (negative indices count from the end)."""
-    lo = op("neg", torch.int64, _scalar_expr(size, torch.int64)) if wrap else \
-        const(0, torch.int64)
-
-    def outside(i):
-        v = cast(index.load(i), torch.int64)
-        return op("logical_or", torch.bool, op("lt", torch.bool, v, lo),
-                  op("ge", torch.bool, v, _scalar_expr(size, torch.int64)))
-
-    flag = reduce(ctx, Lazy(torch.bool, list(index.size), outside), None, False, "any",
-                  torch.bool, torch.bool)
-    low = f"-{size}" if wrap else "0"
-    ctx.graph.checks.append((flag, f"{what} is outside [{low}, {size})"))
-
-
-def _static_below(v, bound: int) -> bool:
-    v = sympy.sympify(v)
-    return bool(v.is_Integer) and int(v) < bound
 
 
 # ---------------------------------------------------------------- gathers
@@ -980,9 +612,9 @@ def _static_below(v, bound: int) -> bool:
 def _position(ctx: Ctx, t, size, at, bsize, wrap: bool):
     """The int64 position read from index tensor ``t`` (broadcast to ``bsize``) at ``at``,
     negative values wrapped when ``wrap``, then clamped into [0, size) so no load leaves the
-    buffer: an index that was outside raises IndexError after the kernels (``_check_index``)."""
+    buffer: an index that was outside raises IndexError after the kernels (``check_index``)."""
     v = bload(t, bsize, at, torch.int64)
-    n = _scalar_expr(size, torch.int64)
+    n = scalar_expr(size, torch.int64)
     zero = const(0, torch.int64)
     if wrap:
         v = op("where", torch.int64, op("lt", torch.bool, v, zero), op("add", torch.int64, v, n),
@@ -1015,7 +647,7 @@ def _gather_index(ctx: Ctx, x, indices: list, *, wrap: bool, check: bool, what: 
     slots = {d: ir.gather_slot(k) for k, d in enumerate(dims)}
     for d in dims:
         if check:
-            _check_index(ctx, idx[d], x.size[d], f"{what}: an index along dim {d}", wrap)
+            check_index(ctx, idx[d], x.size[d], f"{what}: an index along dim {d}", wrap)
 
     def fn(i):
         b = i[first:first + nb]
@@ -1035,7 +667,7 @@ def _index(ctx, x, indices):
 
 @register(aten.index_select)
 def _index_select(ctx, x, dim, index):
-    dim = _norm_dim(dim, len(x.size))
+    dim = norm_dim(dim, len(x.size))
     if not isinstance(index, TensorValue) or len(index.size) > 1:
         raise Decline
     return _gather_index(ctx, x, [None] * dim + [index], wrap=False, check=True,
@@ -1062,7 +694,7 @@ def _cat(ctx, tensors, dim=0):
     if not 2 <= len(parts) <= CAT_MAX_INPUTS or n == 0 or \
             any(not isinstance(t, TensorValue) or len(t.size) != n for t in parts):
         raise Decline
-    dim = _norm_dim(dim, n)
+    dim = norm_dim(dim, n)
     srcs = [ctx.graph.realize(t) for t in parts]
     ends, end = [], sympy.Integer(0)
     for t in srcs:
@@ -1071,18 +703,18 @@ def _cat(ctx, tensors, dim=0):
     cdt = compute_dtype(ctx.dtype)
 
     def fn(i):
-        pos = ("index", torch.int64, i[dim])
+        pos = ir.Index(torch.int64, i[dim])
         at = list(i)
         at[dim] = ir.gather_slot(0)
         value = None
         for k in reversed(range(len(srcs))):
             start = ends[k] - srcs[k].size[dim]
-            local = op("sub", torch.int64, pos, _scalar_expr(start, torch.int64))
-            local = _clamp_position(local, _scalar_expr(srcs[k].size[dim] - 1, torch.int64))
+            local = op("sub", torch.int64, pos, scalar_expr(start, torch.int64))
+            local = _clamp_position(local, scalar_expr(srcs[k].size[dim] - 1, torch.int64))
             v = cast(ir.gather(srcs[k].dtype, srcs[k].buf.name, srcs[k].flat_index(at),
                                [local]), cdt)
             value = v if value is None else op(
-                "where", cdt, op("lt", torch.bool, pos, _scalar_expr(ends[k], torch.int64)), v,
+                "where", cdt, op("lt", torch.bool, pos, scalar_expr(ends[k], torch.int64)), v,
                 value)
         return cast(value, ctx.dtype)
 
@@ -1113,7 +745,7 @@ def _prod(ctx, x, dims=None, keepdim=False, *, dtype=None, output_dtype=None):
 def _mean(ctx, x, dims=None, keepdim=False, *, dtype=None):
     n = len(x.size)
     d = _dims_arg(dims) or list(range(n))
-    count = ir.numel([x.size[_norm_dim(k, n)] for k in d])
+    count = ir.numel([x.size[norm_dim(k, n)] for k in d])
     s = reduce(ctx, x, d, keepdim, "sum", ctx.dtype)
     return pointwise(ctx, "truediv", s, count)
 
@@ -1138,13 +770,13 @@ def _any(ctx, x, dims=None, keepdim=False):
 @register(prims.var)
 def _var(ctx, x, dims, correction=1, *, output_dtype=None):
     n = len(x.size)
-    d = sorted({_norm_dim(k, n) for k in (_dims_arg(dims) or range(n))})
+    d = sorted({norm_dim(k, n) for k in (_dims_arg(dims) or range(n))})
     count = ir.numel([x.size[k] for k in d])
     dtype = ctx.dtype
     size_k = [sympy.Integer(1) if k in d else x.size[k] for k in range(n)]
     s = reduce(ctx, x, d, True, "sum", dtype)
-    mean = pointwise(_with_dtype(ctx, dtype, size_k), "truediv", s, count)
-    full = _with_dtype(ctx, dtype, list(x.size))
+    mean = pointwise(with_dtype(ctx, dtype, size_k), "truediv", s, count)
+    full = with_dtype(ctx, dtype, list(x.size))
     diff = pointwise(full, "sub", x, mean)
     sq = pointwise(full, "mul", diff, diff)
     ss = reduce(ctx, sq, d, False, "sum", dtype)
@@ -1161,7 +793,7 @@ def _weight_norm_backward(ctx, grad_w, v, g, norms, dim):
     accumulates differently)."""
     tensors = (grad_w, v, g, norms)
     n = len(v.size) if isinstance(v, TensorValue) else 0
-    dim = _norm_dim(dim, n) if n else dim
+    dim = norm_dim(dim, n) if n else dim
     dtype = v.dtype if isinstance(v, TensorValue) else None
     if not all(isinstance(t, TensorValue) for t in tensors) or \
             dtype not in (torch.float32, torch.float64) or \
@@ -1171,7 +803,7 @@ def _weight_norm_backward(ctx, grad_w, v, g, norms, dim):
     gsize = [v.size[d] if d == dim else sympy.Integer(1) for d in range(n)]
     if not (ir.same_sizes(g.size, gsize) and ir.same_sizes(norms.size, gsize)):
         raise Unsupported("weight_norm backward with unexpected g / norms shapes")
-    full, small = _with_dtype(ctx, dtype, list(v.size)), _with_dtype(ctx, dtype, gsize)
+    full, small = with_dtype(ctx, dtype, list(v.size)), with_dtype(ctx, dtype, gsize)
     others = [d for d in range(n) if d != dim]
     dot = reduce(ctx, pointwise(full, "mul", grad_w, v), others, True, "sum", dtype)
     grad_g = pointwise(small, "truediv", dot, norms)
@@ -1180,200 +812,3 @@ def _weight_norm_backward(ctx, grad_w, v, g, norms, dim):
     grad_v = pointwise(full, "mul", scale,
                        pointwise(full, "sub", grad_w, pointwise(full, "mul", v, ratio)))
     return grad_v, grad_g
-
-
-# ---------------------------------------------------------------- the graph walk
-
-class GraphLowering:
-    """Walks an FX graph, building IR nodes in topological order."""
-
-    def __init__(self, gm: GraphModule, device: str = "cpu", inference: bool = False):
-        self.gm = gm
-        self.device = device  # kernels run on this device type (CUDA for Triton codegen)
-        self.inference = inference  # no backward will follow (AOT's inference graph)
-        self.nodes: list = []
-        self.inputs: list = []  # (placeholder position, Buffer | sympy.Symbol | None)
-        self.constants: dict[str, torch.Tensor] = {}
-        self.outputs: list = []
-        self.fallback_ops: list[str] = []
-        # (bool scalar buffer, message): the wrapper raises IndexError when one is true
-        self.checks: list = []
-        self.reductions: dict = {}  # (value id, dims, type, dtypes) -> (value, buffer)
-        self._count = 0
-        self.env: dict[FxNode, object] = {}
-
-    def new_buffer(self, dtype, size, stride=None) -> Buffer:
-        self._count += 1
-        return Buffer(f"buf{self._count}", dtype, list(size),
-                      list(stride) if stride is not None else contiguous_strides(size))
-
-    def add(self, node):
-        node.pos = len(self.nodes)
-        self.nodes.append(node)
-        return node
-
-    def realize(self, x) -> StridedView:
-        if isinstance(x, StridedView):
-            return x
-        if isinstance(x, Lazy):
-            if x.realized is None:
-                buf = self.new_buffer(x.dtype, x.size)
-                node = self.add(Pointwise(buf, x.fn))
-                x.realized, x.realized_at = StridedView.of(buf), node.pos
-            return x.realized
-        raise TypeError(f"cannot realize {type(x).__name__}")
-
-    def run(self) -> None:
-        for node in self.gm.graph.nodes:
-            self.env[node] = self._lower(node)
-
-    def _arg(self, a):
-        if isinstance(a, FxNode):
-            return self.env[a]
-        if isinstance(a, (list, tuple)):
-            return type(a)(self._arg(x) for x in a)
-        if isinstance(a, dict):
-            return {k: self._arg(v) for k, v in a.items()}
-        if isinstance(a, (torch.SymInt, torch.SymFloat)):
-            return sym(a)
-        return a
-
-    def _lower(self, node: FxNode):
-        val = meta_val(node)
-        if node.op == "placeholder":
-            pos = len(self.inputs)
-            if isinstance(val, torch.Tensor):
-                self._check_tensor(val)
-                buf = Buffer(f"arg{pos}", val.dtype, [sym(s) for s in val.shape],
-                             [sym(s) for s in val.stride()])
-                self.inputs.append(buf)
-                return StridedView.of(buf)
-            self.inputs.append(sym(val) if isinstance(val, (torch.SymInt, int)) else None)
-            return sym(val) if isinstance(val, (torch.SymInt, torch.SymFloat, int, float)) \
-                else val
-        if node.op == "get_attr":
-            t = getattr(self.gm, node.target)
-            if not isinstance(t, torch.Tensor):
-                raise Unsupported(f"get_attr of {type(t).__name__}")
-            self._check_tensor(t)
-            name = f"const{len(self.constants)}"
-            self.constants[name] = t
-            return StridedView.of(Buffer(name, t.dtype, [sym(s) for s in t.shape],
-                                         [sym(s) for s in t.stride()]))
-        if node.op == "output":
-            outs = node.args[0]
-            self.outputs = [self._output(self._arg(o)) for o in outs]
-            return None
-        if node.target is operator.getitem:
-            src = self._arg(node.args[0])
-            return src[node.args[1]]
-        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) or (
-                not isinstance(node.target, torch._ops.OpOverload)
-                and isinstance(val, (int, float, bool))):
-            return sym(val)
-        if isinstance(node.target, torch._ops.HigherOrderOperator):
-            # with_effects (ordered side effects: linalg's error checks) threads a token an
-            # extern call cannot carry; no HOP has a lowering: the graph runs in eager ATen
-            raise Unsupported(f"higher-order op {node.target.name()}: the graph runs in eager")
-        args, kwargs = self._arg(node.args), self._arg(node.kwargs)
-        target = node.target
-        packet = getattr(target, "_overloadpacket", None)
-        lowering = LOWERINGS.get(packet)
-        if lowering is not None and self._supported(node):
-            try:
-                out = lowering(Ctx(self, node), *args, **kwargs)
-                return self._maybe_realize(node, out)
-            except Decline:
-                pass
-            except Unsupported as e:
-                self._note_fallback(target, str(e))
-        elif not _is_extern(packet):
-            self._note_fallback(target, "no lowering")
-        return self._extern(node, args, kwargs, fallback=not _is_extern(packet))
-
-    def _check_tensor(self, t) -> None:
-        # complex tensors may enter the graph: only externs/eager ops touch them
-        # (``_supported`` keeps them out of kernels)
-        if t.device.type != self.device or t.layout != torch.strided or t.dtype not in \
-                ir.SUPPORTED_DTYPES and not t.dtype.is_complex:
-            raise Unsupported(f"tensor on {t.device} / {t.layout} / {t.dtype}")
-
-    def _supported(self, node: FxNode) -> bool:
-        vals = [meta_val(node)] + [meta_val(a) for a in node.all_input_nodes]
-        for v in vals:
-            for t in (v if isinstance(v, (list, tuple)) else [v]):
-                if isinstance(t, torch.Tensor) and (t.device.type != self.device or t.dtype not in
-                                                    ir.SUPPORTED_DTYPES):
-                    return False
-        return True
-
-    def _note_fallback(self, target, reason: str) -> None:
-        name = str(target)
-        self.fallback_ops.append(name)
-        if name not in _logged_fallbacks:
-            _logged_fallbacks.add(name)
-            _fallback_log.info("%s runs in eager ATen: %s", name, reason)
-
-    def _maybe_realize(self, node: FxNode, out):
-        if isinstance(out, Lazy):
-            users = len(node.users)
-            e = out.fn(ir.index_vars("x", len(out.size)))
-            ops = ir.op_count(e)
-            costly = any(x[0] == "op" and x[2] in _COSTLY for x in ir.walk(e))
-            if ops > 64 or (users > 1 and (ops > 3 or users > 3 or costly)):
-                self.realize(out)
-        return out
-
-    def extern_call(self, target, args: tuple, val) -> StridedView:
-        """An ATen call chosen by a lowering (not the node's own op) returning one tensor
-        shaped like ``val``; ``args`` hold realized views."""
-        reads = [a.buf for a in args if isinstance(a, StridedView)]
-        out = self.new_buffer(val.dtype, [sym(s) for s in val.shape],
-                              [sym(s) for s in val.stride()])
-        self.add(Extern(target, args, {}, [out], "single", False, reads))
-        return StridedView.of(out)
-
-    def _extern(self, node: FxNode, args, kwargs, fallback: bool):
-        reads: list[Buffer] = []
-
-        schema = getattr(node.target, "_schema", None)
-        pure = schema is not None and not any(
-            x.alias_info is not None for x in [*schema.arguments, *schema.returns])
-
-        def conv(a):
-            if pure and isinstance(a, Lazy) and a.realized is None and a.source is not None:
-                a = a.source  # ATen takes any strides: skip the copy (e.g. mm of a clone)
-            if pure and isinstance(a, Lazy) and a.realized is None and a.permuted is not None:
-                inner, dims = a.permuted  # store in natural order, hand ATen a permuted view
-                v = self.realize(inner)
-                reads.append(v.buf)
-                return StridedView(v.buf, [v.size[d] for d in dims], [v.stride[d] for d in dims],
-                                   v.offset)
-            if isinstance(a, TensorValue):
-                v = self.realize(a)
-                reads.append(v.buf)
-                return v
-            if isinstance(a, (list, tuple)):
-                return type(a)(conv(x) for x in a)
-            return a
-
-        args, kwargs = conv(args), {k: conv(v) for k, v in kwargs.items()}
-        val = meta_val(node)
-        vals = val if isinstance(val, (list, tuple)) else [val]
-        outs = []
-        for v in vals:
-            if isinstance(v, torch.Tensor):
-                outs.append(self.new_buffer(v.dtype, [sym(s) for s in v.shape],
-                                            [sym(s) for s in v.stride()]))
-            else:
-                outs.append(None)
-        tree = "list" if isinstance(val, list) else "tuple" if isinstance(val, tuple) \
-            else "single"
-        self.add(Extern(node.target, args, kwargs, outs, tree, fallback, reads))
-        views = [StridedView.of(b) if b is not None else None for b in outs]
-        return views if tree != "single" else views[0]
-
-    def _output(self, v):
-        if isinstance(v, Lazy):
-            return self.realize(v)
-        return v

@@ -73,7 +73,7 @@ def load(steps: list, buffers: dict, options: dict | None) -> tuple[dict, str]:
             src, spec = segment_source(name, run, specs, buffers)
             parts.append(src)
             segments.append((name, spec, [k.name for k in run]))
-    tu = cpp.translation_unit(parts)
+    tu = cpp.translation_unit(parts, build.has_libmvec())
     lib = build.load(tu, options)
     libs: dict = {}
     for name, (src, spec) in sources.items():

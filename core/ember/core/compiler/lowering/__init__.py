@@ -1,0 +1,7 @@
+"""Lowering: an ATen/prims FX graph -> loop IR (Pointwise, Reduction, Extern nodes).
+
+``builders`` holds what every lowering builds with (the per-node context, broadcasting loads,
+pointwise values, reductions); ``ops`` is the op table (ATen overload -> lowering);
+``externs`` the extern ops and their device-dependent rewrites (skinny matmuls, oneDNN's
+linear, gather/scatter selects); ``graph`` the walk over the FX graph (``GraphLowering``).
+"""

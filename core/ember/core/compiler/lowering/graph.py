@@ -1,0 +1,255 @@
+"""The graph walk: each FX node of an ATen graph through its lowering, in topological order.
+
+Placeholders and constants become buffers; a node without a lowering, or whose lowering
+refuses it, becomes an ATen call (an extern by design, or an eager fallback logged once per op
+on ``ember.fallback``). Values read by several nodes are realized into buffers when
+recomputing them would cost more than a store.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections import Counter
+
+import torch
+from torch.fx import GraphModule
+from torch.fx import Node as FxNode
+
+from ember.core.compiler import ir
+from ember.core.compiler.ir import (
+    Buffer,
+    Extern,
+    Lazy,
+    Pointwise,
+    StridedView,
+    TensorValue,
+    Unsupported,
+    contiguous_strides,
+)
+from ember.core.compiler.lowering import ops  # noqa: F401  (fills the op table)
+from ember.core.compiler.lowering.builders import LOWERINGS, Ctx, Decline, meta_val, sym
+from ember.core.compiler.lowering.externs import is_extern
+from ember.core.logs import get_logger
+
+log = get_logger("lower")
+_fallback_log = get_logger("fallback")
+_logged_fallbacks: set[str] = set()
+
+# Prims worth storing rather than recomputing when a value has several readers.
+_COSTLY = {"exp", "exp2", "expm1", "log", "log1p", "log2", "tanh", "erf", "erfc", "sigmoid",
+           "pow", "sin", "cos", "tan", "atan2"}
+
+
+class GraphLowering:
+    """Walks an FX graph, building IR nodes in topological order."""
+
+    def __init__(self, gm: GraphModule, device: str = "cpu", inference: bool = False):
+        self.gm = gm
+        self.device = device  # kernels run on this device type (CUDA for Triton codegen)
+        self.inference = inference  # no backward will follow (AOT's inference graph)
+        self.nodes: list = []
+        self.inputs: list = []  # (placeholder position, Buffer | sympy.Symbol | None)
+        self.constants: dict[str, torch.Tensor] = {}
+        self.outputs: list = []
+        self.fallback_ops: list[str] = []
+        # (bool scalar buffer, message): the wrapper raises IndexError when one is true
+        self.checks: list = []
+        self.reductions: dict = {}  # (value id, dims, type, dtypes) -> (value, buffer)
+        self._count = 0
+        self.env: dict[FxNode, object] = {}
+
+    def new_buffer(self, dtype, size, stride=None) -> Buffer:
+        self._count += 1
+        return Buffer(f"buf{self._count}", dtype, list(size),
+                      list(stride) if stride is not None else contiguous_strides(size))
+
+    def add(self, node):
+        node.pos = len(self.nodes)
+        self.nodes.append(node)
+        return node
+
+    def realize(self, x) -> StridedView:
+        if isinstance(x, StridedView):
+            return x
+        if isinstance(x, Lazy):
+            if x.realized is None:
+                buf = self.new_buffer(x.dtype, x.size)
+                node = self.add(Pointwise(buf, x.fn))
+                x.realized, x.realized_at = StridedView.of(buf), node.pos
+            return x.realized
+        raise TypeError(f"cannot realize {type(x).__name__}")
+
+    def run(self) -> None:
+        debug = log.isEnabledFor(logging.DEBUG)
+        for node in self.gm.graph.nodes:
+            first = len(self.nodes)
+            self.env[node] = self._lower(node)
+            if debug and node.op == "call_function":
+                made = ", ".join(f"{type(n).__name__} {_written(n)}" for n in self.nodes[first:])
+                log.debug("%s (%s) -> %s", node.name, node.target,
+                          made or "a value inlined into its readers")
+        if log.isEnabledFor(logging.INFO):
+            kinds = Counter(type(n).__name__ for n in self.nodes)
+            fallbacks = sum(isinstance(n, Extern) and n.fallback for n in self.nodes)
+            log.info("%d FX nodes -> %d IR nodes: %d pointwise, %d reductions, %d externs "
+                     "(%d in eager ATen), %d index checks", len(self.gm.graph.nodes),
+                     len(self.nodes), kinds["Pointwise"], kinds["Reduction"], kinds["Extern"],
+                     fallbacks, len(self.checks))
+
+    def _arg(self, a):
+        if isinstance(a, FxNode):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._arg(x) for x in a)
+        if isinstance(a, dict):
+            return {k: self._arg(v) for k, v in a.items()}
+        if isinstance(a, (torch.SymInt, torch.SymFloat)):
+            return sym(a)
+        return a
+
+    def _lower(self, node: FxNode):
+        val = meta_val(node)
+        if node.op == "placeholder":
+            pos = len(self.inputs)
+            if isinstance(val, torch.Tensor):
+                self._check_tensor(val)
+                buf = Buffer(f"arg{pos}", val.dtype, [sym(s) for s in val.shape],
+                             [sym(s) for s in val.stride()])
+                self.inputs.append(buf)
+                return StridedView.of(buf)
+            self.inputs.append(sym(val) if isinstance(val, (torch.SymInt, int)) else None)
+            return sym(val) if isinstance(val, (torch.SymInt, torch.SymFloat, int, float)) \
+                else val
+        if node.op == "get_attr":
+            t = getattr(self.gm, node.target)
+            if not isinstance(t, torch.Tensor):
+                raise Unsupported(f"get_attr of {type(t).__name__}")
+            self._check_tensor(t)
+            name = f"const{len(self.constants)}"
+            self.constants[name] = t
+            return StridedView.of(Buffer(name, t.dtype, [sym(s) for s in t.shape],
+                                         [sym(s) for s in t.stride()]))
+        if node.op == "output":
+            outs = node.args[0]
+            self.outputs = [self._output(self._arg(o)) for o in outs]
+            return None
+        if node.target is operator.getitem:
+            src = self._arg(node.args[0])
+            return src[node.args[1]]
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) or (
+                not isinstance(node.target, torch._ops.OpOverload)
+                and isinstance(val, (int, float, bool))):
+            return sym(val)
+        if isinstance(node.target, torch._ops.HigherOrderOperator):
+            # with_effects (ordered side effects: linalg's error checks) threads a token an
+            # extern call cannot carry; no HOP has a lowering: the graph runs in eager ATen
+            raise Unsupported(f"higher-order op {node.target.name()}: the graph runs in eager")
+        args, kwargs = self._arg(node.args), self._arg(node.kwargs)
+        target = node.target
+        packet = getattr(target, "_overloadpacket", None)
+        lowering = LOWERINGS.get(packet)
+        if lowering is not None and self._supported(node):
+            try:
+                out = lowering(Ctx(self, node), *args, **kwargs)
+                return self._maybe_realize(node, out)
+            except Decline:
+                pass
+            except Unsupported as e:
+                self._note_fallback(target, str(e))
+        elif not is_extern(packet):
+            self._note_fallback(target, "no lowering")
+        return self._extern(node, args, kwargs, fallback=not is_extern(packet))
+
+    def _check_tensor(self, t) -> None:
+        # complex tensors may enter the graph: only externs/eager ops touch them
+        # (``_supported`` keeps them out of kernels)
+        if t.device.type != self.device or t.layout != torch.strided or t.dtype not in \
+                ir.SUPPORTED_DTYPES and not t.dtype.is_complex:
+            raise Unsupported(f"tensor on {t.device} / {t.layout} / {t.dtype}")
+
+    def _supported(self, node: FxNode) -> bool:
+        vals = [meta_val(node)] + [meta_val(a) for a in node.all_input_nodes]
+        for v in vals:
+            for t in (v if isinstance(v, (list, tuple)) else [v]):
+                if isinstance(t, torch.Tensor) and (t.device.type != self.device or t.dtype not in
+                                                    ir.SUPPORTED_DTYPES):
+                    return False
+        return True
+
+    def _note_fallback(self, target, reason: str) -> None:
+        name = str(target)
+        self.fallback_ops.append(name)
+        if name not in _logged_fallbacks:
+            _logged_fallbacks.add(name)
+            _fallback_log.info("%s runs in eager ATen: %s", name, reason)
+
+    def _maybe_realize(self, node: FxNode, out):
+        if isinstance(out, Lazy):
+            users = len(node.users)
+            e = out.fn(ir.index_vars("x", len(out.size)))
+            ops = ir.op_count(e)
+            costly = any(isinstance(x, ir.PrimOp) and x.prim in _COSTLY for x in ir.walk(e))
+            if ops > 64 or (users > 1 and (ops > 3 or users > 3 or costly)):
+                self.realize(out)
+        return out
+
+    def extern_call(self, target, args: tuple, val) -> StridedView:
+        """An ATen call chosen by a lowering (not the node's own op) returning one tensor
+        shaped like ``val``; ``args`` hold realized views."""
+        reads = [a.buf for a in args if isinstance(a, StridedView)]
+        out = self.new_buffer(val.dtype, [sym(s) for s in val.shape],
+                              [sym(s) for s in val.stride()])
+        self.add(Extern(target, args, {}, [out], "single", False, reads))
+        return StridedView.of(out)
+
+    def _extern(self, node: FxNode, args, kwargs, fallback: bool):
+        reads: list[Buffer] = []
+
+        schema = getattr(node.target, "_schema", None)
+        pure = schema is not None and not any(
+            x.alias_info is not None for x in [*schema.arguments, *schema.returns])
+
+        def conv(a):
+            if pure and isinstance(a, Lazy) and a.realized is None and a.source is not None:
+                a = a.source  # ATen takes any strides: skip the copy (e.g. mm of a clone)
+            if pure and isinstance(a, Lazy) and a.realized is None and a.permuted is not None:
+                inner, dims = a.permuted  # store in natural order, hand ATen a permuted view
+                v = self.realize(inner)
+                reads.append(v.buf)
+                return StridedView(v.buf, [v.size[d] for d in dims], [v.stride[d] for d in dims],
+                                   v.offset)
+            if isinstance(a, TensorValue):
+                v = self.realize(a)
+                reads.append(v.buf)
+                return v
+            if isinstance(a, (list, tuple)):
+                return type(a)(conv(x) for x in a)
+            return a
+
+        args, kwargs = conv(args), {k: conv(v) for k, v in kwargs.items()}
+        val = meta_val(node)
+        vals = val if isinstance(val, (list, tuple)) else [val]
+        outs = []
+        for v in vals:
+            if isinstance(v, torch.Tensor):
+                outs.append(self.new_buffer(v.dtype, [sym(s) for s in v.shape],
+                                            [sym(s) for s in v.stride()]))
+            else:
+                outs.append(None)
+        tree = "list" if isinstance(val, list) else "tuple" if isinstance(val, tuple) \
+            else "single"
+        self.add(Extern(node.target, args, kwargs, outs, tree, fallback, reads))
+        views = [StridedView.of(b) if b is not None else None for b in outs]
+        return views if tree != "single" else views[0]
+
+    def _output(self, v):
+        if isinstance(v, Lazy):
+            return self.realize(v)
+        return v
+
+
+def _written(node) -> str:
+    """The buffers an IR node writes, for the DEBUG log."""
+    bufs = node.outs if isinstance(node, Extern) else [node.buf]
+    return ", ".join(b.name for b in bufs if b is not None)

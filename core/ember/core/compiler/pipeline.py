@@ -1,0 +1,119 @@
+"""One ATen graph through the stages: lower -> schedule -> codegen -> build -> a callable.
+
+``compile_graph`` is what AOTAutograd's compilers call; it returns a boxed callable running
+our kernels and externs, or the graph itself in eager ATen (with a logged reason) when any
+stage fails and ``strict`` is off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+
+import torch
+from torch.fx import GraphModule
+
+from ember.core.compiler import capture, routing
+from ember.core.compiler.codegen.wrapper import WrapperBuilder
+from ember.core.compiler.ir import Buffer, Extern, StridedView
+from ember.core.compiler.lowering.graph import GraphLowering
+from ember.core.compiler.runtime import cpp_kernels
+from ember.core.compiler.schedule import Kernel, schedule
+from ember.core.logs import get_logger
+
+fallback_log = get_logger("fallback")
+output_log = get_logger("output_code")
+codegen_log = get_logger("codegen")
+
+# Process-wide counters: graphs compiled / fallen back, kernels generated.
+stats: Counter = Counter()
+
+
+def _boxed(fn):
+    def call(args):
+        return fn(*args)
+    call._boxed_call = True
+    return call
+
+
+def compile_graph(gm: GraphModule, example_inputs, *, options: dict | None = None):
+    """ATen FX graph -> boxed callable running our kernels (eager fallback on failure).
+
+    ``options``: the user's ``compile(options=...)`` plus ``mode``; ``strict`` re-raises.
+    """
+    options = options or {}
+    strict = bool(options.get("strict", False))
+    try:
+        call = _compile(gm, example_inputs, options)
+        if os.environ.get("EMBER_CHECK"):
+            return _checked(call, gm)
+        return call
+    except Exception as e:
+        if strict:
+            raise
+        stats["graphs_fallback"] += 1
+        fallback_log.warning("graph runs in eager ATen: %s: %s", type(e).__name__, e)
+        capture.record_fallback(f"<graph: {type(e).__name__}: {e}>")
+        return _boxed(gm.forward)
+
+
+def _checked(call, gm: GraphModule):
+    """Debug aid (EMBER_CHECK=1): run eager alongside and report the first mismatch."""
+    def run(args):
+        ours = call(list(args))
+        ref = gm.forward(*args)
+        for i, (a, b) in enumerate(zip(ours, ref)):
+            if isinstance(a, torch.Tensor) and not torch.allclose(a, b, atol=1e-4, rtol=1e-4,
+                                                                  equal_nan=True):
+                raise AssertionError(f"output {i} differs from eager:\n{gm.code}")
+        return ours
+    run._boxed_call = True
+    return run
+
+
+def _compile(gm: GraphModule, example_inputs, options: dict):
+    device = routing.device_type(example_inputs)
+    use_triton = routing.codegen_for(device, options) == "triton"
+    if use_triton:
+        from ember.core.compiler.runtime import triton_kernels
+
+        device = triton_kernels.check_device(device)
+    g = GraphLowering(gm, device=device if use_triton else "cpu",
+                      inference=bool(options.get("inference")))
+    g.run()
+    for name in g.fallback_ops:
+        capture.record_fallback(name)
+    buffers: dict[str, Buffer] = {}
+    for b in g.inputs:
+        if isinstance(b, Buffer):
+            buffers[b.name] = b
+    for name, t in g.constants.items():
+        buffers[name] = Buffer(name, t.dtype, list(t.shape), list(t.stride()))
+    for n in g.nodes:
+        for b in (n.outs if isinstance(n, Extern) else [n.buf]):
+            if b is not None:
+                buffers[b.name] = b
+    outputs = {o.buf.name for o in g.outputs if isinstance(o, StridedView)}
+    outputs |= {flag.buf.name for flag, _ in g.checks}
+    steps = schedule(g.nodes, outputs)
+    kernels = [s for s in steps if isinstance(s, Kernel)]
+    if use_triton:
+        libs, tu = triton_kernels.load_kernels(kernels, buffers, options)
+    else:
+        libs, tu = cpp_kernels.load(steps, buffers, options)
+    src, globs = WrapperBuilder(g.inputs, g.constants, g.outputs, device=g.device,
+                                options=options, checks=g.checks).generate(steps, libs, buffers)
+    if output_log.isEnabledFor(logging.INFO):
+        output_log.info("generated %s:\n%s\nwrapper:\n%s", "Triton" if use_triton else "C++",
+                        tu, src)
+    codegen_log.info("graph: %d IR nodes -> %d kernels, %d externs", len(g.nodes),
+                     len(kernels), len(steps) - len(kernels))
+    exec(compile(src, "<ember wrapper>", "exec"), globs)
+    call = globs["call"]
+    if use_triton:
+        call = triton_kernels.finish(call, gm, options, g.device)
+    call._boxed_call = True
+    stats["graphs_compiled"] += 1
+    stats["kernels"] += len(kernels)
+    return call
