@@ -179,3 +179,25 @@ def test_edit_distance():
     assert F.edit_distance([], [1, 2]) == 2
     for a, b in itertools.product(["", "ab", "abc", "bca", "aab"], repeat=2):
         assert F.edit_distance(a, b) == _levenshtein(a, b)
+
+
+def test_feature_and_speed_transforms_equal_their_functionals():
+    from ember.audio import transforms as T
+
+    x = _rand(2, 3, 6000, seed=5, dtype=torch.float32)
+    sc = T.SpectralCentroid(16000, n_fft=512, hop_length=128, pad=3)
+    torch.testing.assert_close(sc(x), F.spectral_centroid(x, 16000, 3, torch.hann_window(512),
+                                                          512, 128, 512), rtol=0, atol=0)
+    feats = _rand(2, 200, 13, seed=6)
+    torch.testing.assert_close(T.SlidingWindowCmn(40, 10, True, True)(feats),
+                               F.sliding_window_cmn(feats, 40, 10, True, True), rtol=0, atol=0)
+    lengths = torch.tensor([6000, 4000])
+    y, n = T.Speed(16000, 1.1)(x[:, 0], lengths)
+    y_ref, n_ref = F.speed(x[:, 0], 16000, 1.1, lengths)
+    torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-6)
+    torch.testing.assert_close(n, n_ref, rtol=0, atol=0)
+    perturb = T.SpeedPerturbation(16000, [0.9, 1.0, 1.1])
+    sizes = {perturb(x)[0].shape[-1] for _ in range(12)}
+    assert sizes <= {math.ceil(6000 / f) for f in (0.9, 1.0, 1.1)} and len(sizes) > 1
+    with pytest.raises(ValueError, match="factors"):
+        T.SpeedPerturbation(16000, [])

@@ -478,6 +478,17 @@ tcase("Vol-db", "Vol", lambda L: L.T.Vol(-6.0, "db"), [X])
 tcase("Vol-power", "Vol", lambda L: L.T.Vol(3.0, "power"), [X])
 for _shape in ("linear", "exponential", "logarithmic", "quarter_sine", "half_sine"):
     tcase(f"Fade-{_shape}", "Fade", lambda L, s=_shape: L.T.Fade(700, 1300, s), [X])
+tcase("SpectralCentroid", "SpectralCentroid", lambda L: L.T.SpectralCentroid(
+      SR, n_fft=512, hop_length=160, pad=4), [X])
+tcase("SlidingWindowCmn", "SlidingWindowCmn", lambda L: L.T.SlidingWindowCmn(
+      cmn_window=50, min_cmn_window=10, norm_vars=True), [MAG.transpose(-1, -2)],
+      atol=1e-5)   # float64 prefix sums vs running float32 sums (measured 1.4e-6)
+# resampling as in "resample" (measured 5e-7); lengths equal
+tcase("Speed", "Speed", lambda L: L.T.Speed(SR, 1.1), [X], atol=5e-5,
+      lengths=torch.tensor([[4000, 3000, 10]] * 2))
+tcase("SpeedPerturbation", "SpeedPerturbation", lambda L: L.T.SpeedPerturbation(
+      SR, [0.9, 1.0, 1.1, 1.2]), [X], atol=5e-5, seed=17,
+      lengths=torch.tensor([[4000, 3000, 10]] * 2))
 tcase("FrequencyMasking", "FrequencyMasking", lambda L: L.T.FrequencyMasking(30), [MAG],
       seed=11)
 tcase("FrequencyMasking-iid", "FrequencyMasking", lambda L: L.T.FrequencyMasking(
@@ -524,6 +535,9 @@ TRANSFORM_BUILDS = {
     "LFCC": lambda L: L.T.LFCC(SR, n_filter=40, n_lfcc=13, speckwargs=dict(n_fft=256)),
     "Resample": lambda L: L.T.Resample(44100, 16000),
     "TimeStretch": lambda L: L.T.TimeStretch(hop_length=64, n_freq=129),
+    "SpectralCentroid": lambda L: L.T.SpectralCentroid(SR, n_fft=256),
+    "Speed": lambda L: L.T.Speed(SR, 0.9),
+    "SpeedPerturbation": lambda L: L.T.SpeedPerturbation(SR, [0.9, 1.1]),
 }
 
 

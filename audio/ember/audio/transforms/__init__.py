@@ -8,6 +8,7 @@ from ember.audio.transforms.augment import (
     TimeMasking,
     Vol,
 )
+from ember.audio.transforms.features import SlidingWindowCmn, SpectralCentroid
 from ember.audio.transforms.signal import (
     ComputeDeltas,
     Deemphasis,
@@ -29,6 +30,7 @@ from ember.audio.transforms.spectral import (
     Spectrogram,
     TimeStretch,
 )
+from ember.audio.transforms.speed import Speed, SpeedPerturbation
 
 __all__ = [
     "LFCC",
@@ -49,8 +51,12 @@ __all__ = [
     "MuLawEncoding",
     "Preemphasis",
     "Resample",
+    "SlidingWindowCmn",
     "SpecAugment",
+    "SpectralCentroid",
     "Spectrogram",
+    "Speed",
+    "SpeedPerturbation",
     "TimeMasking",
     "TimeStretch",
     "Vol",
