@@ -201,3 +201,35 @@ def test_feature_and_speed_transforms_equal_their_functionals():
     assert sizes <= {math.ceil(6000 / f) for f in (0.9, 1.0, 1.1)} and len(sizes) > 1
     with pytest.raises(ValueError, match="factors"):
         T.SpeedPerturbation(16000, [])
+
+
+def test_dither_tpdf_and_rpdf_match_their_formulas():
+    x = _rand(3, 400, seed=7, dtype=torch.float32)
+    up, down = 2 ** 15 - 2, 2 ** 15
+    ramp = np.bartlett(401)[:400].astype(np.float32)   # torch's periodic window
+    want = np.round(x.numpy() * up + ramp) / down
+    np.testing.assert_allclose(F.dither(x).numpy(), want, rtol=0, atol=1e-7)
+    torch.manual_seed(3)
+    got = F.dither(x, "RPDF")
+    torch.manual_seed(3)
+    row, time = int(torch.randint(2, [1])), int(torch.randint(399, [1]))
+    want = np.round(x.numpy() * up + (x[row, time].item() - 0.5)) / down
+    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("density", ["TPDF", "RPDF", "GPDF"])
+def test_dither_noise_shaping_carries_the_error_and_leaves_input(density):
+    x = _rand(2, 3, 300, seed=8, dtype=torch.float32)
+    before = x.clone()
+    torch.manual_seed(1)
+    plain = F.dither(x, density)
+    torch.manual_seed(1)
+    shaped = F.dither(x, density, noise_shaping=True)
+    assert torch.equal(x, before)
+    assert torch.equal(plain * 2 ** 15, torch.round(plain * 2 ** 15))   # 16-bit steps
+    err = (plain - x).numpy()
+    np.testing.assert_allclose((shaped - plain)[..., 1:].numpy(), err[..., :-1], rtol=0,
+                               atol=1e-7)
+    assert (shaped[..., 0] == plain[..., 0]).all()
+    with pytest.raises(ValueError, match="density_function"):
+        F.dither(x, "uniform")

@@ -1,5 +1,6 @@
 """SoX-style effects with torchaudio's names: contrast, DC shift, overdrive, CD de-emphasis,
-RIAA equalisation and speed change. Inputs are ``[..., time]``; nothing is modified in place.
+RIAA equalisation, dither and speed change. Inputs are ``[..., time]``; nothing is modified
+in place.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from torch import Tensor
 from ember.audio.functional.filtering import biquad, lfilter
 from ember.audio.functional.resampling import resample
 
-__all__ = ["contrast", "dcshift", "deemph_biquad", "overdrive", "riaa_biquad", "speed"]
+__all__ = ["contrast", "dcshift", "deemph_biquad", "dither", "overdrive", "riaa_biquad", "speed"]
 
 
 def contrast(waveform: Tensor, enhancement_amount: float = 75.0) -> Tensor:
@@ -51,6 +52,50 @@ def overdrive(waveform: Tensor, gain: float = 20, colour: float = 20) -> Tensor:
     b = torch.tensor([1.0, -1.0], dtype=waveform.dtype, device=waveform.device)
     blocked = lfilter(shaped, a, b, clamp=False)
     return (waveform * 0.5 + blocked * 0.75).clamp(-1, 1)
+
+
+def _draw(high: int) -> int:
+    return int(torch.randint(high, [1]).item())
+
+
+def dither(waveform: Tensor, density_function: str = "TPDF", noise_shaping: bool = False
+           ) -> Tensor:
+    """Quantise to 16 bits with torchaudio's dither: ``"TPDF"`` adds a triangular ramp over
+    time, ``"RPDF"`` one random sample minus 0.5, ``"GPDF"`` a sum of seven random samples;
+    ``noise_shaping`` adds each sample's quantisation error to the next sample.
+
+    Random positions come from torch's global generator in torchaudio's order, so one seed
+    gives torchaudio's result.
+    """
+    if density_function not in ("TPDF", "RPDF", "GPDF"):
+        raise ValueError(f"density_function must be 'TPDF', 'RPDF' or 'GPDF', "
+                         f"got {density_function!r}")
+    shape = waveform.shape
+    rows = waveform.reshape(-1, shape[-1])
+    last_row, last_time = rows.shape[0] - 1, rows.shape[1] - 1
+    row = _draw(last_row) if last_row > 0 else 0
+    time = _draw(last_time) if last_time > 0 else 0
+    scaled = rows * (2 ** 15 - 2)
+    if density_function == "RPDF":
+        scaled = scaled + (rows[row, time] - 0.5)
+    elif density_function == "GPDF":
+        if last_row < 1:
+            raise ValueError("density_function='GPDF' needs at least two channels (rows)")
+        # torchaudio accumulates into the starting sample itself, so a draw that lands on it
+        # again reads the running sum
+        total = rows[row, time]
+        for _ in range(6):
+            r, t = _draw(last_row), _draw(last_time)
+            total = total + (total if (r, t) == (row, time) else rows[r, t])
+        scaled = scaled + total
+    else:
+        ramp = torch.bartlett_window(last_time + 1, dtype=scaled.dtype, device=scaled.device)
+        scaled = scaled + ramp
+    dithered = torch.round(scaled) / 2 ** 15
+    if noise_shaping:
+        error = dithered - rows
+        dithered = dithered + torch.nn.functional.pad(error[:, :-1], (1, 0))
+    return dithered.reshape(shape)
 
 
 def deemph_biquad(waveform: Tensor, sample_rate: int) -> Tensor:
