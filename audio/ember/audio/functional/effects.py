@@ -1,6 +1,6 @@
 """SoX-style effects with torchaudio's names: contrast, DC shift, overdrive, CD de-emphasis,
-RIAA equalisation, dither and speed change. Inputs are ``[..., time]``; nothing is modified
-in place.
+RIAA equalisation, dither, speed change and zero-phase filtering. Inputs are ``[..., time]``;
+nothing is modified in place.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from torch import Tensor
 from ember.audio.functional.filtering import biquad, lfilter
 from ember.audio.functional.resampling import resample
 
-__all__ = ["contrast", "dcshift", "deemph_biquad", "dither", "overdrive", "riaa_biquad", "speed"]
+__all__ = ["contrast", "dcshift", "deemph_biquad", "dither", "filtfilt", "overdrive", "riaa_biquad",
+           "speed"]
 
 
 def contrast(waveform: Tensor, enhancement_amount: float = 75.0) -> Tensor:
@@ -96,6 +97,14 @@ def dither(waveform: Tensor, density_function: str = "TPDF", noise_shaping: bool
         error = dithered - rows
         dithered = dithered + torch.nn.functional.pad(error[:, :-1], (1, 0))
     return dithered.reshape(shape)
+
+
+def filtfilt(waveform: Tensor, a_coeffs: Tensor, b_coeffs: Tensor, clamp: bool = True
+             ) -> Tensor:
+    """Zero-phase IIR filtering: ``lfilter`` forward (unclamped), then backward in time
+    (clamped to [-1, 1] if ``clamp``); coefficients as in ``lfilter`` with batching."""
+    forward = lfilter(waveform, a_coeffs, b_coeffs, clamp=False, batching=True)
+    return lfilter(forward.flip(-1), a_coeffs, b_coeffs, clamp=clamp, batching=True).flip(-1)
 
 
 def deemph_biquad(waveform: Tensor, sample_rate: int) -> Tensor:
