@@ -16,10 +16,10 @@ def _spec(seed=0, shape=(2, 4, 17, 40)):
     return spec, mask
 
 
-def _np_psd(spec, mask=None):
+def _np_psd(spec, mask=None, eps=1e-10):
     x = spec.numpy()                                   # (b, c, f, t)
     w = np.ones(x.shape[:1] + x.shape[2:]) if mask is None else mask.numpy()
-    w = w / (w.sum(-1, keepdims=True) + 1e-10) if mask is not None else w
+    w = w / (w.sum(-1, keepdims=True) + eps) if mask is not None else w
     return np.einsum("bcft,bdft,bft->bfcd", x, x.conj(), w)
 
 
@@ -111,3 +111,29 @@ def test_filtfilt_is_forward_then_backward_lfilter():
     np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-12)
     loud = F.filtfilt(x * 8, torch.tensor(a), torch.tensor(b))
     assert loud.abs().max() <= 1.0
+
+
+def test_multichannel_transforms_and_convolve():
+    from ember.audio import transforms as T
+
+    spec, mask = _spec(6)
+    masks = mask[:, None].expand(2, 4, 17, 40) * torch.linspace(0.5, 1.5, 4)[:, None, None]
+    np.testing.assert_allclose(T.PSD(multi_mask=True)(spec, masks).numpy(),
+                               _np_psd(spec, masks.mean(1), eps=1e-15), rtol=1e-12,
+                               atol=1e-12)
+    ps, pn = F.psd(spec, mask), F.psd(spec, 1 - mask)
+    want = np.einsum("bfc,bcft->bft", F.mvdr_weights_souden(ps, pn, 1).numpy().conj(),
+                     spec.numpy())
+    np.testing.assert_allclose(T.SoudenMVDR()(spec, ps, pn, 1).numpy(), want, rtol=1e-12,
+                               atol=1e-12)
+    rtf = F.rtf_evd(ps)
+    want = np.einsum("bfc,bcft->bft", F.mvdr_weights_rtf(rtf, pn, 0).numpy().conj(),
+                     spec.numpy())
+    np.testing.assert_allclose(T.RTFMVDR()(spec, rtf, pn, 0).numpy(), want, rtol=1e-12,
+                               atol=1e-12)
+    x, y = torch.randn(2, 50, dtype=torch.float64), torch.randn(2, 7, dtype=torch.float64)
+    for mode in ("full", "valid", "same"):
+        want = np.stack([np.convolve(a, b, mode) for a, b in zip(x.numpy(), y.numpy())])
+        np.testing.assert_allclose(T.Convolve(mode)(x, y).numpy(), want, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="mode"):
+        T.Convolve("circular")

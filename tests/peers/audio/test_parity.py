@@ -605,6 +605,17 @@ tcase("Speed", "Speed", lambda L: L.T.Speed(SR, 1.1), [X], atol=5e-5,
 tcase("SpeedPerturbation", "SpeedPerturbation", lambda L: L.T.SpeedPerturbation(
       SR, [0.9, 1.0, 1.1, 1.2]), [X], atol=5e-5, seed=17,
       lengths=torch.tensor([[4000, 3000, 10]] * 2))
+tcase("Convolve", "Convolve", lambda L: L.T.Convolve("valid"), [X, wave(1, 3, 99, seed=35)])
+_MC, _MASK = multichannel(71)
+_MASKS = torch.rand(2, 4, 33, 60, generator=torch.Generator().manual_seed(72),
+                    dtype=torch.float64)
+tcase("PSD", "PSD", lambda L: L.T.PSD(), [_MC, _MASK], atol=1e-12, rtol=1e-12)
+tcase("PSD-multi_mask", "PSD", lambda L: L.T.PSD(multi_mask=True, normalize=False),
+      [_MC, _MASKS], atol=1e-12, rtol=1e-12)
+_PS, _PN = TAF.psd(_MC, _MASK), TAF.psd(_MC, 1 - _MASK)
+tcase("SoudenMVDR", "SoudenMVDR", lambda L: L.T.SoudenMVDR(), [_MC, _PS, _PN, 1], **TOL64)
+tcase("RTFMVDR", "RTFMVDR", lambda L: L.T.RTFMVDR(), [_MC, TAF.rtf_evd(_PS), _PN, 0],
+      **TOL64)
 tcase("FrequencyMasking", "FrequencyMasking", lambda L: L.T.FrequencyMasking(30), [MAG],
       seed=11)
 tcase("FrequencyMasking-iid", "FrequencyMasking", lambda L: L.T.FrequencyMasking(
@@ -654,6 +665,7 @@ TRANSFORM_BUILDS = {
     "SpectralCentroid": lambda L: L.T.SpectralCentroid(SR, n_fft=256),
     "Speed": lambda L: L.T.Speed(SR, 0.9),
     "SpeedPerturbation": lambda L: L.T.SpeedPerturbation(SR, [0.9, 1.1]),
+    "PSD": lambda L: L.T.PSD(multi_mask=True),
 }
 
 

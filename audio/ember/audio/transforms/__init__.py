@@ -9,8 +9,10 @@ from ember.audio.transforms.augment import (
     Vol,
 )
 from ember.audio.transforms.features import SlidingWindowCmn, SpectralCentroid
+from ember.audio.transforms.multichannel import PSD, RTFMVDR, SoudenMVDR
 from ember.audio.transforms.signal import (
     ComputeDeltas,
+    Convolve,
     Deemphasis,
     FFTConvolve,
     MuLawDecoding,
@@ -35,9 +37,12 @@ from ember.audio.transforms.speed import Speed, SpeedPerturbation
 __all__ = [
     "LFCC",
     "MFCC",
+    "PSD",
+    "RTFMVDR",
     "AddNoise",
     "AmplitudeToDB",
     "ComputeDeltas",
+    "Convolve",
     "Deemphasis",
     "FFTConvolve",
     "Fade",
@@ -52,6 +57,7 @@ __all__ = [
     "Preemphasis",
     "Resample",
     "SlidingWindowCmn",
+    "SoudenMVDR",
     "SpecAugment",
     "SpectralCentroid",
     "Spectrogram",

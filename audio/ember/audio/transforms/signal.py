@@ -9,8 +9,8 @@ from ember.audio.functional import amplitude as FA
 from ember.audio.functional import filtering as FF
 from ember.audio.functional import resampling as FR
 
-__all__ = ["ComputeDeltas", "Deemphasis", "FFTConvolve", "MuLawDecoding", "MuLawEncoding",
-           "Preemphasis", "Resample"]
+__all__ = ["ComputeDeltas", "Convolve", "Deemphasis", "FFTConvolve", "MuLawDecoding",
+           "MuLawEncoding", "Preemphasis", "Resample"]
 
 
 class Resample(nn.Module):
@@ -84,6 +84,19 @@ class Deemphasis(nn.Module):
 
     def forward(self, waveform: Tensor) -> Tensor:
         return FF.deemphasis(waveform, self.coeff)
+
+
+class Convolve(nn.Module):
+    """Convolve along the last dim directly (mode 'full', 'valid' or 'same')."""
+
+    def __init__(self, mode: str = "full") -> None:
+        super().__init__()
+        if mode not in FF._CONVOLVE_MODES:
+            raise ValueError(f"mode must be one of {FF._CONVOLVE_MODES}, got {mode!r}")
+        self.mode = mode
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return FF.convolve(x, y, self.mode)
 
 
 class FFTConvolve(nn.Module):
