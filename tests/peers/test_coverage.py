@@ -2,7 +2,7 @@
 
 The shared names are found, not listed: the public names of each ember module intersected
 with those of its torchvision counterpart. A shared name must be claimed by a test in
-test_parity.py (its ``@compares(...)``) or sit in EXCLUDED with the reason; new shared API
+a test_*parity*.py module here (its ``@compares(...)``) or sit in EXCLUDED with the reason; new shared API
 therefore fails here until it is compared.
 """
 
@@ -46,13 +46,15 @@ def shared_names() -> set[str]:
 
 
 def claimed_names() -> set[str]:
-    path = Path(__file__).with_name("test_parity.py")
-    spec = importlib.util.spec_from_file_location("_peers_parity_claims", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    """The ``@compares`` names of every comparison module here (test_parity.py, the ops
+    cases in test_ops_parity.py, ...)."""
     out = set()
-    for obj in vars(mod).values():
-        out |= set(getattr(obj, "compares", ()))
+    for path in sorted(Path(__file__).parent.glob("test_*parity*.py")):
+        spec = importlib.util.spec_from_file_location(f"_peers_claims_{path.stem}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        for obj in vars(mod).values():
+            out |= set(getattr(obj, "compares", ()))
     return out
 
 

@@ -50,6 +50,7 @@ from ember.vision.transforms.functional._geometry import (
     ten_crop,
     vertical_flip,
 )
+from ember.vision.transforms.functional._kernels import KERNELS
 from ember.vision.transforms.functional._meta import (
     get_dimensions,
     get_image_num_channels,
@@ -89,6 +90,10 @@ __all__ = [
     "uniform_temporal_subsample", "sanitize_bounding_boxes", "convert_image_dtype", "to_tensor",
 ]
 
+# torchvision's per-type kernels: resize_image, resize_mask, resize_bounding_boxes, ...
+globals().update(KERNELS)
+__all__ += sorted(KERNELS)
+
 # torchvision's other names for the same functions
 hflip = horizontal_flip
 vflip = vertical_flip
@@ -107,7 +112,7 @@ def get_image_size(inpt) -> list[int]:
 # the functionals torchvision gives a PIL kernel: PIL in, PIL out (through the tensor kernel)
 for _f in (adjust_brightness, adjust_contrast, adjust_gamma, adjust_hue, adjust_saturation,
            adjust_sharpness, affine, autocontrast, crop, equalize, erase,
-           gaussian_blur, horizontal_flip, invert, pad, perspective, posterize, resize,
+           gaussian_blur, horizontal_flip, invert, pad, perspective, posterize,
            resized_crop, rgb_to_grayscale, rotate, solarize, vertical_flip, elastic,
            gaussian_noise, permute_channels):
     register_pil(_f)

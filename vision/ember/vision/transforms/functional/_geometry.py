@@ -143,9 +143,20 @@ def _resize_nearest(x: torch.Tensor, oh: int, ow: int, exact: bool = False) -> t
     return x.index_select(-2, rows).index_select(-1, cols)
 
 
+def _check_tensor_mode(mode: InterpolationMode, antialias) -> None:
+    """torchvision's rules for tensors: BOX and HAMMING are PIL-only, LANCZOS antialiases."""
+    if mode in _PIL_ONLY:
+        raise ValueError(f"interpolation {mode.name} is supported for PIL images only (as in "
+                         f"torchvision); use BILINEAR, BICUBIC or LANCZOS for tensors")
+    if mode == InterpolationMode.LANCZOS and not antialias:
+        raise ValueError("InterpolationMode.LANCZOS requires antialias=True")
+
+
 def _resize_image(img, size, interpolation=InterpolationMode.BILINEAR, max_size=None,
                   antialias=True):
     mode = as_interpolation(interpolation)
+    if mode not in (InterpolationMode.NEAREST, InterpolationMode.NEAREST_EXACT):
+        _check_tensor_mode(mode, antialias)
     if img.ndim < 3:
         raise ValueError(f"image must have shape [..., C, H, W], got {tuple(img.shape)}")
     h, w = img.shape[-2:]
@@ -160,7 +171,8 @@ def _resize_image(img, size, interpolation=InterpolationMode.BILINEAR, max_size=
     else:
         aa = bool(antialias)
         if x.dtype == torch.uint8 and x.device.type == "cpu" and mode in (
-                InterpolationMode.BILINEAR, InterpolationMode.BICUBIC):
+                InterpolationMode.BILINEAR, InterpolationMode.BICUBIC,
+                InterpolationMode.LANCZOS):
             # torch's uint8 channels-last kernel is Pillow's fixed-point algorithm; bicubic
             # with or without antialias goes through it in torchvision too
             out = tF.interpolate(x.contiguous(memory_format=torch.channels_last), size=(oh, ow),
@@ -199,7 +211,51 @@ def resize(inpt, size, interpolation=InterpolationMode.BILINEAR, max_size=None, 
     """Resize to ``size`` ([h, w], or the shorter edge); antialiased bilinear by default."""
 
 
+def _resize_pil(pic, size, interpolation=InterpolationMode.BILINEAR, max_size=None,
+                antialias=True):
+    """PIL images: the tensor kernel, except BOX, HAMMING (PIL-only in torchvision) and
+    LANCZOS, which take Pillow's separable filters on the pixels, antialiased as Pillow's."""
+    from ember.vision.transforms.functional._type_conversion import image_as_pil, pil_as_image
+
+    mode = as_interpolation(interpolation)
+    img = pil_as_image(pic, "resize")
+    if mode not in _PIL_DENSE:
+        return image_as_pil(_resize_image(img, size, mode, max_size, antialias))
+    h, w = img.shape[-2:]
+    oh, ow = output_size(h, w, size, max_size)
+    if (oh, ow) == (h, w):
+        return pic.copy()
+    out = _pillow_resample(tv_tensors.unwrap(img), oh, ow, mode)
+    return image_as_pil(tv_tensors.wrap(out, like=img))
+
+
+def _pillow_resample(img: torch.Tensor, oh: int, ow: int, mode: InterpolationMode):
+    """Pillow's two-pass resize of a [C, H, W] image; 8-bit images use its 22-bit
+    fixed-point coefficients and rounding, so the pixels are Pillow's."""
+    h, w = img.shape[-2:]
+    zero = torch.zeros(1)
+    wy = _resample_weights(h, zero, torch.full((1,), float(h)), oh, mode, True, "cpu")[0]
+    wx = _resample_weights(w, zero, torch.full((1,), float(w)), ow, mode, True, "cpu")[0]
+    if img.dtype != torch.uint8:
+        x = img.to(torch.float64)
+        out = wy.double() @ (x @ wx.double().T)
+        return out.to(img.dtype) if img.dtype.is_floating_point else from_float(out, img.dtype)
+    one = float(1 << 22)
+
+    def fixed(wts):  # round half away from zero, as Pillow's normalize_coeffs
+        v = wts.double() * one
+        return torch.where(v < 0, v - 0.5, v + 0.5).trunc()
+
+    def rows(x, wts):  # integer sums of 22-bit products, then Pillow's rounding shift
+        acc = x @ fixed(wts).T
+        return ((acc + one / 2) / one).floor().clamp(0, 255)
+
+    tmp = rows(img.to(torch.float64), wx)
+    return rows(tmp.transpose(-1, -2), wy).transpose(-1, -2).to(torch.uint8)
+
+
 register_image(resize, _resize_image)
+register_raw(resize, PIL.Image.Image, _resize_pil)
 register_mask(resize, _resize_mask)
 register_boxes(resize, in_xyxy(_resize_boxes))
 
@@ -310,8 +366,31 @@ def _filter_bicubic(x, a=-0.5):
     return torch.where(x < 1, near, torch.where(x < 2, far, torch.zeros_like(x)))
 
 
+def _filter_box(x):
+    return ((x > -0.5) & (x <= 0.5)).to(x.dtype)
+
+
+def _sinc(x):
+    return torch.special.sinc(x)
+
+
+def _filter_hamming(x):
+    return torch.where(x.abs() < 1, _sinc(x) * (0.54 + 0.46 * torch.cos(math.pi * x)),
+                       torch.zeros_like(x))
+
+
+def _filter_lanczos(x):
+    return torch.where(x.abs() < 3, _sinc(x) * _sinc(x / 3), torch.zeros_like(x))
+
+
+# Pillow's resampling filters and their supports
 _FILTERS = {InterpolationMode.BILINEAR: (_filter_bilinear, 1.0),
-            InterpolationMode.BICUBIC: (_filter_bicubic, 2.0)}
+            InterpolationMode.BICUBIC: (_filter_bicubic, 2.0),
+            InterpolationMode.BOX: (_filter_box, 0.5),
+            InterpolationMode.HAMMING: (_filter_hamming, 1.0),
+            InterpolationMode.LANCZOS: (_filter_lanczos, 3.0)}
+_PIL_ONLY = (InterpolationMode.BOX, InterpolationMode.HAMMING)
+_PIL_DENSE = _PIL_ONLY + (InterpolationMode.LANCZOS,)
 
 
 def _resample_weights(n_in: int, start, length, n_out: int, mode, antialias: bool, device):
@@ -344,6 +423,7 @@ def _resized_crop_image(img, top, left, height, width, size,
     params = [torch.as_tensor(v, device=img.device).expand(n) for v in (top, left, height, width)]
     if mode in (InterpolationMode.NEAREST, InterpolationMode.NEAREST_EXACT):
         return _resized_crop_nearest(img, *params, oh, ow)
+    _check_tensor_mode(mode, antialias)
     if img.requires_grad:  # the op below has no autograd formula; torch ops do
         return _resized_crop_dense(img, *params, oh, ow, mode, bool(antialias))
     return _resized_crop_op(img, *params, oh, ow, mode.value, bool(antialias))
@@ -776,22 +856,41 @@ def perspective_matrix(startpoints, endpoints) -> torch.Tensor:
     return torch.cat([coef, torch.ones_like(coef[..., :1])], -1).reshape(-1, 3, 3)
 
 
+def _perspective_forward(startpoints, endpoints, coefficients) -> torch.Tensor:
+    """The forward homography from the point pairs, or from torchvision's ``coefficients``
+    (the 8 entries of the output-to-input map, PIL's convention)."""
+    if coefficients is None:
+        if startpoints is None or endpoints is None:
+            raise ValueError("perspective needs startpoints and endpoints, or coefficients")
+        return perspective_matrix(startpoints, endpoints)
+    if startpoints is not None or endpoints is not None:
+        raise ValueError("perspective takes either startpoints and endpoints, or coefficients")
+    c = torch.as_tensor(coefficients, dtype=torch.float64)
+    if c.shape != (8,):
+        raise ValueError(f"coefficients must be 8 numbers, got shape {tuple(c.shape)}")
+    return torch.linalg.inv(torch.cat([c, c.new_ones(1)]).reshape(1, 3, 3))
+
+
 @dispatcher
-def perspective(inpt, startpoints, endpoints, interpolation=InterpolationMode.BILINEAR, fill=None):
+def perspective(inpt, startpoints, endpoints, interpolation=InterpolationMode.BILINEAR, fill=None,
+                coefficients=None):
     """Warp so that the 4 ``startpoints`` land on ``endpoints`` (per-sample: [N, 4, 2])."""
 
 
 def _perspective_image(img, startpoints, endpoints, interpolation=InterpolationMode.BILINEAR,
-                       fill=None, channel_dim=True):
-    m = perspective_matrix(startpoints, endpoints)
+                       fill=None, coefficients=None, channel_dim=True):
+    m = _perspective_forward(startpoints, endpoints, coefficients)
     return _warp_typed(img, m, tuple(img.shape[-2:]), interpolation, fill, channel_dim)
 
 
-def _perspective_boxes(xyxy, canvas, startpoints, endpoints, interpolation=None, fill=None):
-    return _transform_boxes(xyxy, perspective_matrix(startpoints, endpoints), canvas)
+def _perspective_boxes(xyxy, canvas, startpoints, endpoints, interpolation=None, fill=None,
+                       coefficients=None):
+    return _transform_boxes(xyxy, _perspective_forward(startpoints, endpoints, coefficients),
+                            canvas)
 
 
 register_image(perspective, _perspective_image)
-register_mask(perspective, lambda x, s, e, interpolation=None, fill=None: _perspective_image(
-    x, s, e, InterpolationMode.NEAREST, fill, channel_dim=False))
+register_mask(perspective, lambda x, s, e, interpolation=None, fill=None, coefficients=None:
+              _perspective_image(x, s, e, InterpolationMode.NEAREST, fill, coefficients,
+                                 channel_dim=False))
 register_boxes(perspective, in_xyxy(_perspective_boxes))

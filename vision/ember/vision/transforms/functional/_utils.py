@@ -11,21 +11,33 @@ from ember.core import parallel
 
 
 class InterpolationMode(enum.Enum):
-    """Resampling filters (torchvision names). NEAREST is torch's floor rule, not Pillow's."""
+    """Resampling filters (torchvision names). NEAREST is torch's floor rule, not Pillow's;
+    BOX and HAMMING resize PIL images only, as in torchvision."""
 
     NEAREST = "nearest"
     NEAREST_EXACT = "nearest-exact"
     BILINEAR = "bilinear"
     BICUBIC = "bicubic"
+    BOX = "box"
+    HAMMING = "hamming"
+    LANCZOS = "lanczos"
+
+
+# Pillow's resampling codes, which torchvision accepts as ints
+_PIL_CODES = {0: InterpolationMode.NEAREST, 1: InterpolationMode.LANCZOS,
+              2: InterpolationMode.BILINEAR, 3: InterpolationMode.BICUBIC,
+              4: InterpolationMode.BOX, 5: InterpolationMode.HAMMING}
 
 
 def as_interpolation(mode: InterpolationMode | str | int) -> InterpolationMode:
+    """Our mode for ``mode``: ours, a name or value string, a Pillow code, or another
+    library's enum with the same values (torchvision's ``InterpolationMode``)."""
     if isinstance(mode, InterpolationMode):
         return mode
-    pil_codes = {0: InterpolationMode.NEAREST, 2: InterpolationMode.BILINEAR,
-                 3: InterpolationMode.BICUBIC}
-    if isinstance(mode, int) and mode in pil_codes:
-        return pil_codes[mode]
+    if isinstance(mode, enum.Enum) and isinstance(mode.value, str):
+        mode = mode.value
+    if isinstance(mode, int) and not isinstance(mode, bool) and mode in _PIL_CODES:
+        return _PIL_CODES[mode]
     if isinstance(mode, str):
         for m in InterpolationMode:
             if mode.lower() in (m.value, m.name.lower()):
