@@ -1,0 +1,140 @@
+"""roi_align and RoIAlign (Mask R-CNN's RoIAlign), torchvision's signature and sampling.
+
+Declared as ``ember_vision::roi_align`` (and its backward) through ``ember.core.kernels``:
+a native CPU kernel, the torch-op kernel for every other device, fake kernels for
+compilation, and autograd with respect to the input.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from ember.core import kernels
+from ember.vision.ops import _roi_native
+from ember.vision.ops._align import align_backward, align_forward
+from ember.vision.ops._roi_common import as_rois, compute_dtype, pair
+
+__all__ = ["roi_align", "RoIAlign"]
+
+_fwd = kernels.define(
+    "ember_vision::roi_align",
+    "(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
+    "int sampling_ratio, bool aligned) -> Tensor")
+_bwd = kernels.define(
+    "ember_vision::roi_align_backward",
+    "(Tensor grad, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
+    "int batch_size, int channels, int height, int width, int sampling_ratio, bool aligned)"
+    " -> Tensor")
+
+
+@_fwd.register_fake
+def _(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
+    return input.new_empty((rois.shape[0], input.shape[1], pooled_height, pooled_width))
+
+
+@_bwd.register_fake
+def _(grad, rois, spatial_scale, ph, pw, batch_size, channels, height, width, sampling_ratio,
+      aligned):
+    return grad.new_empty((batch_size, channels, height, width))
+
+
+def native_align(name, input, rois, out_shape, *args):
+    """Run the native ``name`` kernel (``roi_align_fwd``/``_bwd``) into zeros of
+    ``out_shape``; None when the library is missing (the caller uses torch ops)."""
+    if _roi_native.library() is None:
+        return None
+    dt = compute_dtype(input.dtype)
+    x, r = input.to(dt).contiguous(), rois.to(dt).contiguous()
+    out = x.new_zeros(out_shape)
+    if out.numel() and x.numel() and r.shape[0]:
+        _roi_native.call(name, dt, x, r, out, *args)
+    return out.to(input.dtype)
+
+
+@_fwd.register_kernel("cpu")
+def _(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
+    n, c, h, w = input.shape
+    k = rois.shape[0]
+    out = native_align("roi_align_fwd", input, rois, (k, c, pooled_height, pooled_width),
+                       n, c, h, w, k, pooled_height, pooled_width, spatial_scale,
+                       sampling_ratio, int(aligned), 0)
+    if out is None:
+        return _portable_fwd(input, rois, spatial_scale, pooled_height, pooled_width,
+                             sampling_ratio, aligned)
+    return out
+
+
+@_fwd.register_kernel("portable")
+def _portable_fwd(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio,
+                  aligned):
+    dt = compute_dtype(input.dtype)
+    return align_forward(input.to(dt), rois.to(dt), spatial_scale, pooled_height,
+                         pooled_width, sampling_ratio, aligned, False).to(input.dtype)
+
+
+@_bwd.register_kernel("cpu")
+def _(grad, rois, spatial_scale, ph, pw, batch_size, channels, height, width, sampling_ratio,
+      aligned):
+    k = rois.shape[0]
+    shape = (batch_size, channels, height, width)
+    out = native_align("roi_align_bwd", grad, rois, shape, batch_size, channels, height,
+                       width, k, ph, pw, spatial_scale, sampling_ratio, int(aligned), 0)
+    if out is None:
+        return _portable_bwd(grad, rois, spatial_scale, ph, pw, batch_size, channels, height,
+                             width, sampling_ratio, aligned)
+    return out
+
+
+@_bwd.register_kernel("portable")
+def _portable_bwd(grad, rois, spatial_scale, ph, pw, batch_size, channels, height, width,
+                  sampling_ratio, aligned):
+    dt = compute_dtype(grad.dtype)
+    return align_backward(grad.to(dt), rois.to(dt), spatial_scale, ph, pw,
+                          (batch_size, channels, height, width), sampling_ratio, aligned,
+                          False).to(grad.dtype)
+
+
+def _setup(ctx, inputs, output):
+    input, rois, scale, ph, pw, sampling, aligned = inputs
+    ctx.save_for_backward(rois)
+    ctx.args = (scale, ph, pw, *input.shape, sampling, aligned)
+
+
+def _backward(ctx, grad):
+    (rois,) = ctx.saved_tensors
+    return (_bwd(grad.contiguous(), rois, *ctx.args),) + (None,) * 6
+
+
+_fwd.register_autograd(_backward, setup_context=_setup)
+
+
+def roi_align(input: Tensor, boxes: Tensor | list[Tensor], output_size,
+              spatial_scale: float = 1.0, sampling_ratio: int = -1,
+              aligned: bool = False) -> Tensor:
+    """Average of bilinear samples over each of ``output_size`` bins of every box:
+    ``[K, C, oh, ow]``. ``boxes``: ``[K, 5]`` (image index, x1, y1, x2, y2) or a list of
+    per-image ``[L, 4]``; ``sampling_ratio <= 0`` picks ``ceil(bin size)`` samples per box."""
+    rois = as_rois(input, boxes)
+    oh, ow = pair(output_size)
+    return _fwd(input, rois, float(spatial_scale), oh, ow, int(sampling_ratio), bool(aligned))
+
+
+class RoIAlign(nn.Module):
+    """:func:`roi_align` as a module."""
+
+    def __init__(self, output_size, spatial_scale: float, sampling_ratio: int,
+                 aligned: bool = False) -> None:
+        super().__init__()
+        self.output_size = output_size
+        self.spatial_scale = spatial_scale
+        self.sampling_ratio = sampling_ratio
+        self.aligned = aligned
+
+    def forward(self, input: Tensor, rois: Tensor | list[Tensor]) -> Tensor:
+        return roi_align(input, rois, self.output_size, self.spatial_scale,
+                         self.sampling_ratio, self.aligned)
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}(output_size={self.output_size}, "
+                f"spatial_scale={self.spatial_scale}, sampling_ratio={self.sampling_ratio}, "
+                f"aligned={self.aligned})")
