@@ -387,6 +387,14 @@ class Extern:
 Node = Pointwise | Reduction | Extern
 
 
+class IndexCheck(NamedTuple):
+    """A bool scalar the kernels compute; the wrapper raises ``IndexError(message)`` after
+    the kernels when it is true (an index tensor held a value out of range)."""
+
+    flag: StridedView
+    message: str
+
+
 def node_reads(node: Node) -> set[str]:
     """Names of the buffers a node reads."""
     if isinstance(node, Extern):

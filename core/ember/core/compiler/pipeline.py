@@ -95,7 +95,7 @@ def _compile(gm: GraphModule, example_inputs, options: dict):
             if b is not None:
                 buffers[b.name] = b
     outputs = {o.buf.name for o in g.outputs if isinstance(o, StridedView)}
-    outputs |= {flag.buf.name for flag, _ in g.checks}
+    outputs |= {c.flag.buf.name for c in g.checks}
     steps = schedule(g.nodes, outputs)
     kernels = [s for s in steps if isinstance(s, Kernel)]
     if use_triton:

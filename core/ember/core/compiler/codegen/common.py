@@ -4,7 +4,9 @@ Python) and a kernel's signature (the buffers and size symbols it takes, in argu
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import sympy
 
@@ -124,6 +126,19 @@ def _is_float_expr(e) -> bool:
         for f in e.atoms(sympy.Function))
 
 
+class ArgKind(enum.Enum):
+    """How the wrapper passes a kernel argument."""
+
+    POINTER = "pointer"  # a buffer's data pointer (C++ kernels, called through ctypes)
+    TENSOR = "tensor"  # the tensor itself (Triton kernels)
+    SIZE = "size"  # an int64 size symbol
+
+
+class KernelArg(NamedTuple):
+    kind: ArgKind
+    value: object  # the buffer's name (POINTER, TENSOR) or the size symbol (SIZE)
+
+
 @dataclass(frozen=True)
 class Signature:
     """A kernel's arguments: buffers it only reads (sorted), buffers it writes, then the size
@@ -132,6 +147,11 @@ class Signature:
     inputs: list[str]
     outputs: list[str]
     syms: list[sympy.Symbol]
+
+    def args(self, buffers: ArgKind) -> list[KernelArg]:
+        """The argument list, buffers passed as ``buffers`` (POINTER or TENSOR)."""
+        return [KernelArg(buffers, b) for b in self.inputs + self.outputs] + \
+            [KernelArg(ArgKind.SIZE, s) for s in self.syms]
 
 
 def signature(k: Kernel, private: frozenset[str] = frozenset()) -> Signature:

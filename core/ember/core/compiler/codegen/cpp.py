@@ -15,7 +15,7 @@ import sympy
 import torch
 
 from ember.core.compiler import ir, passes
-from ember.core.compiler.codegen.common import cpp_index, signature
+from ember.core.compiler.codegen.common import ArgKind, cpp_index, signature
 from ember.core.compiler.prims import PRIMS, REDUCTIONS
 from ember.core.compiler.schedule import Kernel, loads_walk_outer
 
@@ -345,7 +345,7 @@ def _stage_outputs_early(k: Kernel, taken: set) -> None:
 
 
 def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str, list]:
-    """C++ source of one kernel and its argument list: ("buf", name) / ("sym", symbol).
+    """C++ source of one kernel and its argument list (data pointers, then sizes).
 
     ``tunable`` (max-autotune) adds two trailing ``int64_t`` arguments, the OpenMP thread
     count and the chunks per thread of the outer loop, so one build serves every candidate.
@@ -358,7 +358,7 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
     _stage_outputs_early(k, {b.name for b in alias.values()})
     xs = ir.index_vars("x", len(k.outer))
     sig = signature(k, private=frozenset(local) | frozenset(alias))
-    bufs, syms = sig.inputs + sig.outputs, sig.syms
+    syms = sig.syms
     params = [f"const {CTYPES[buffers[b].dtype]}* __restrict__ {b}" for b in sig.inputs]
     params += [f"{CTYPES[buffers[b].dtype]}* __restrict__ {b}" for b in sig.outputs]
     params += [f"int64_t {s.name}" for s in syms]
@@ -387,7 +387,7 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
         _emit_column(body, k, buffers, (cond + threads) if par else None)
         src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + \
             "\n}\n"
-        return src, [("buf", b) for b in bufs] + [("sym", s) for s in syms]
+        return src, sig.args(ArgKind.POINTER)
     saved_outer = []
     if k.outer:
         if outer_parallel:
@@ -403,7 +403,7 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
     for saved in reversed(saved_outer):
         body.close(saved)
     src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + "\n}\n"
-    return src, [("buf", b) for b in bufs] + [("sym", s) for s in syms]
+    return src, sig.args(ArgKind.POINTER)
 
 
 COLUMN_BLOCK = 64

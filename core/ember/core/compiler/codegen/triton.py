@@ -21,12 +21,13 @@ every shape). float16/bfloat16 are computed in float32.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import sympy
 import torch
 
 from ember.core.compiler import ir
-from ember.core.compiler.codegen.common import py_index, signature
+from ember.core.compiler.codegen.common import ArgKind, KernelArg, py_index, signature
 from ember.core.compiler.schedule import Kernel, loads_walk_outer
 
 TL = {
@@ -450,7 +451,22 @@ def _held_in_registers(k: Kernel) -> set[str]:
             if b not in k.must_store and read_in.get(b, set()) <= {r}}
 
 
-def kernel_source(k: Kernel, buffers: dict) -> tuple[str, dict]:
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What a launcher needs to know about a kernel's variants and how to size its grid."""
+
+    name: str
+    form: str  # "1d" | "2d" (see ``kernel_form``)
+    n_tensors: int  # tensor arguments, before the size arguments
+    syms: list[str]  # the size arguments' names
+    xnumel: object  # the outer iteration space (sympy, over ``syms``)
+    rnumels: list  # each loop stage's inner iteration space
+    tiles: list  # [rows, columns] of a transposing 1-D kernel's 2-D tiling, else []
+    column: bool  # a reduction whose loads walk the outer index
+    args: list[KernelArg]
+
+
+def kernel_source(k: Kernel, buffers: dict) -> tuple[str, LaunchSpec]:
     """Triton source of every variant of ``k`` and the launch description."""
     sig = signature(k)
     inputs, stored, syms = sig.inputs, sig.outputs, sig.syms
@@ -491,11 +507,8 @@ def kernel_source(k: Kernel, buffers: dict) -> tuple[str, dict]:
     else:
         xnumel = ir.numel(k.outer)
         rnumels = [ir.numel(k.stages[i].rsizes) for i in loops]
-    spec = {"name": k.name, "form": form, "n_tensors": len(inputs) + len(stored),
-            "syms": [s.name for s in syms], "xnumel": xnumel, "rnumels": rnumels,
-            "tiles": tiles,
-            "column": _column_major(k), "args": [("tensor", b) for b in inputs + stored]
-            + [("sym", s) for s in syms]}
+    spec = LaunchSpec(k.name, form, len(inputs) + len(stored), [s.name for s in syms], xnumel,
+                      rnumels, tiles, _column_major(k), sig.args(ArgKind.TENSOR))
     return "\n\n".join(out), spec
 
 

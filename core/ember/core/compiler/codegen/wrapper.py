@@ -11,7 +11,7 @@ import sympy
 import torch
 
 from ember.core.compiler import ir, modes
-from ember.core.compiler.codegen.common import py_index
+from ember.core.compiler.codegen.common import ArgKind, py_index
 from ember.core.compiler.ir import Buffer, Extern, StridedView, Unsupported
 from ember.core.compiler.schedule import Kernel
 
@@ -54,7 +54,7 @@ class WrapperBuilder:
     def __init__(self, inputs: list, constants: dict, outputs: list, device: str = "cpu",
                  options: dict | None = None, checks: list | None = None):
         self.inputs, self.constants, self.outputs = inputs, constants, outputs
-        self.checks = checks or []  # (bool scalar view, message): raise IndexError if true
+        self.checks: list[ir.IndexCheck] = checks or []
         # a tuned kernel re-runs on its real arguments: none of them may be overwritten
         self.inplace = not modes.tunes_kernels(options)
         self.device = "" if device == "cpu" else f", device={device!r}"  # allocations
@@ -126,7 +126,7 @@ class WrapperBuilder:
             for n in names:
                 last_use[n] = i
         out_names = {o.buf.name for o in self.outputs if isinstance(o, StridedView)}
-        out_names |= {flag.buf.name for flag, _ in self.checks}  # read after every kernel
+        out_names |= {c.flag.buf.name for c in self.checks}  # read after every kernel
         pool: dict[str, list[str]] = {}
         reusable: set[str] = set()
         segment = None  # reduce-overhead: the native entry running the current kernel run
@@ -175,8 +175,8 @@ class WrapperBuilder:
                     key = f"{_tup(b.size)}{_tup(b.stride)}{b.dtype}"
                     pool.setdefault(key, []).append(n)
                     reusable.discard(n)
-        for flag, message in self.checks:
-            self.lines.append(f"if {self._arg(flag)}.item(): raise IndexError({message!r})")
+        for c in self.checks:
+            self.lines.append(f"if {self._arg(c.flag)}.item(): raise IndexError({c.message!r})")
         rets = []
         for o in self.outputs:
             rets.append("None" if o is None else self._arg(o))
@@ -186,12 +186,11 @@ class WrapperBuilder:
 
     def _call(self, name: str, fn, arg_spec: list) -> None:
         self.globals[name] = fn
-        # "buf": a data pointer (C++), "tensor": the tensor itself (Triton)
-        args = [f"{v}.data_ptr()" if kind == "buf" else v if kind == "tensor" else py_index(v)
-                for kind, v in arg_spec]
-        for kind, v in arg_spec:
-            if kind == "sym":
-                self._need([v])
+        args = [f"{a.value}.data_ptr()" if a.kind is ArgKind.POINTER else
+                a.value if a.kind is ArgKind.TENSOR else py_index(a.value) for a in arg_spec]
+        for a in arg_spec:
+            if a.kind is ArgKind.SIZE:
+                self._need([a.value])
         self.lines.append(f"{name}({', '.join(args)})")
 
     @staticmethod
@@ -246,4 +245,4 @@ def _inplace_candidates(k: Kernel, dying: set, buffers: dict) -> dict:
 
 def _kernel_args(libs, k: Kernel):
     _, spec = libs[k.name]
-    return [v for kind, v in spec if kind in ("buf", "tensor")]
+    return [a.value for a in spec if a.kind is not ArgKind.SIZE]

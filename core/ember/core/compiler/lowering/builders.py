@@ -217,4 +217,4 @@ def check_index(ctx: Ctx, index, size, what: str, wrap: bool = False) -> None:
     flag = reduce(ctx, Lazy(torch.bool, list(index.size), outside), None, False, "any",
                   torch.bool, torch.bool)
     low = f"-{size}" if wrap else "0"
-    ctx.graph.checks.append((flag, f"{what} is outside [{low}, {size})"))
+    ctx.graph.checks.append(ir.IndexCheck(flag, f"{what} is outside [{low}, {size})"))

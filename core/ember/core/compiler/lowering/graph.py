@@ -53,8 +53,7 @@ class GraphLowering:
         self.constants: dict[str, torch.Tensor] = {}
         self.outputs: list = []
         self.fallback_ops: list[str] = []
-        # (bool scalar buffer, message): the wrapper raises IndexError when one is true
-        self.checks: list = []
+        self.checks: list[ir.IndexCheck] = []
         self.reductions: dict = {}  # (value id, dims, type, dtypes) -> (value, buffer)
         self._count = 0
         self.env: dict[FxNode, object] = {}

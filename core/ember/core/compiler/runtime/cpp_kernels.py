@@ -12,6 +12,7 @@ import ctypes
 
 from ember.core.compiler import modes
 from ember.core.compiler.codegen import cpp
+from ember.core.compiler.codegen.common import ArgKind
 from ember.core.compiler.runtime import build
 from ember.core.compiler.runtime.tuned import TunedKernel
 from ember.core.compiler.schedule import Kernel
@@ -19,8 +20,8 @@ from ember.core.compiler.schedule import Kernel
 
 def _bind(lib: ctypes.CDLL, name: str, spec: list, extra: int = 0):
     fn = getattr(lib, name)
-    fn.argtypes = [ctypes.c_void_p if kind == "buf" else ctypes.c_int64 for kind, _ in spec] + \
-        [ctypes.c_int64] * extra
+    fn.argtypes = [ctypes.c_void_p if a.kind is ArgKind.POINTER else ctypes.c_int64
+                   for a in spec] + [ctypes.c_int64] * extra
     fn.restype = None
     return fn
 
@@ -42,18 +43,18 @@ def segment_source(name: str, kernels: list[Kernel], specs: dict, buffers: dict)
     spec: list = []
     for k in kernels:
         spec += [a for a in specs[k.name] if a not in spec]
-    spec = [a for a in spec if a[0] == "buf"] + [a for a in spec if a[0] == "sym"]
+    spec = [a for a in spec if a.kind is ArgKind.POINTER] + \
+        [a for a in spec if a.kind is ArgKind.SIZE]
     pos = {a: i for i, a in enumerate(spec)}
-    params = [f"void* p{i}" if kind == "buf" else f"int64_t p{i}"
-              for i, (kind, _) in enumerate(spec)]
+    params = [f"void* p{i}" if a.kind is ArgKind.POINTER else f"int64_t p{i}"
+              for i, a in enumerate(spec)]
     lines = [f'extern "C" void {name}({", ".join(params)}) {{']
     for k in kernels:
         args = []
         for a in specs[k.name]:
-            kind, v = a
             i = pos[a]
-            args.append(f"static_cast<{cpp.CTYPES[buffers[v].dtype]}*>(p{i})" if kind == "buf"
-                        else f"p{i}")
+            args.append(f"static_cast<{cpp.CTYPES[buffers[a.value].dtype]}*>(p{i})"
+                        if a.kind is ArgKind.POINTER else f"p{i}")
         lines.append(f"  {k.name}({', '.join(args)});")
     return "\n".join(lines + ["}"]) + "\n", spec
 
@@ -79,7 +80,7 @@ def load(steps: list, buffers: dict, options: dict | None) -> tuple[dict, str]:
     for name, (src, spec) in sources.items():
         if tune:
             fn = _bind(lib, name, spec, extra=len(cpp.TUNE_PARAMS))
-            n_bufs = sum(kind == "buf" for kind, _ in spec)
+            n_bufs = sum(a.kind is ArgKind.POINTER for a in spec)
             libs[name] = (TunedKernel(fn, name, src, n_bufs), spec)
         else:
             libs[name] = (_bind(lib, name, spec), spec)

@@ -14,7 +14,7 @@ import torch
 
 from ember.core.compiler import capture, ir
 from ember.core.compiler.codegen.common import py_index
-from ember.core.compiler.codegen.triton import PRELUDE, kernel_source
+from ember.core.compiler.codegen.triton import PRELUDE, LaunchSpec, kernel_source
 from ember.core.compiler.runtime import autotune, cudagraphs, triton_cache
 from ember.core.compiler.runtime.triton_libdevice import interpreted
 from ember.core.logs import get_logger
@@ -104,23 +104,23 @@ def autotune_candidates(form: str, xnumel: int, rmax: int, column: bool,
 class Launcher:
     """Calls one generated kernel: picks the variant and config for the sizes, computes the grid.
 
-    Arguments are the kernel's tensors then its size symbols (``spec["args"]``).
+    Arguments are the kernel's tensors then its size symbols (``spec.args``).
     """
 
-    def __init__(self, module, spec: dict, source: str, tune: bool):
+    def __init__(self, module, spec: LaunchSpec, source: str, tune: bool):
         self.module, self.spec, self.tune = module, spec, tune
-        self.name = spec["name"]
-        self.n_tensors = spec["n_tensors"]
+        self.name = spec.name
+        self.n_tensors = spec.n_tensors
         self.source = source
-        syms = ", ".join(spec["syms"])
-        rn = "".join(f"{py_index(r)}, " for r in spec["rnumels"])
-        tn = "".join(f"{py_index(t)}, " for t in spec["tiles"])
-        self._numels = eval(f"lambda {syms}: ({py_index(spec['xnumel'])}, ({rn}), "
+        syms = ", ".join(spec.syms)
+        rn = "".join(f"{py_index(r)}, " for r in spec.rnumels)
+        tn = "".join(f"{py_index(t)}, " for t in spec.tiles)
+        self._numels = eval(f"lambda {syms}: ({py_index(spec.xnumel)}, ({rn}), "
                             f"({tn}))")
         self.configs: dict = {}
 
     def _fn(self, cfg: dict, index64: bool):
-        tag = "p" if self.spec["form"] == "1d" or cfg.get("persistent") else "l"
+        tag = "p" if self.spec.form == "1d" or cfg.get("persistent") else "l"
         tag = "t" if cfg.get("tiled") else tag
         return getattr(self.module, f"{self.name}_{tag}{64 if index64 else 32}")
 
@@ -134,13 +134,13 @@ class Launcher:
         grid = (-(-xnumel // cfg["XBLOCK"]),)
         kw = {"XBLOCK": cfg["XBLOCK"], "num_warps": cfg["num_warps"],
               "num_stages": cfg["num_stages"]}
-        if self.spec["form"] == "2d":
+        if self.spec.form == "2d":
             kw["RBLOCK"] = cfg["RBLOCK"]
         fn[grid](*args, xnumel, *rnumels, **kw)
 
     def _choose(self, args, xnumel, rnumels, tiles, index64) -> dict:
         rmax = max(rnumels) if rnumels else 1
-        form, column = self.spec["form"], self.spec["column"]
+        form, column = self.spec.form, self.spec.column
         if not self.tune:
             return heuristic_config(form, xnumel, rmax, column, tiles)
         tensors = args[:self.n_tensors]
@@ -190,7 +190,7 @@ def load_kernels(kernels: list, buffers: dict, options: dict) -> tuple[dict, str
     tune = options.get("mode") in ("max-autotune", "max-autotune-no-cudagraphs")
     libs = {}
     for spec, src in zip(specs, parts):
-        libs[spec["name"]] = (Launcher(module, spec, src, tune), spec["args"])
+        libs[spec.name] = (Launcher(module, spec, src, tune), spec.args)
     log.debug("triton: %d kernels in %s", len(kernels), getattr(module, "__file__", "?"))
     return libs, source
 
