@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ember.vision.ops._roi_common import bilinear_1d
+from ember.vision.ops._roi_common import batch_index, bilinear_1d
 
 
 def _axis(start, bin_size, grid, pooled, big, ps):
@@ -45,7 +45,7 @@ def _plan(rois, shape, scale, ph, pw, sampling, aligned, ps):
     x, x_ok = _axis(sw, bin_w, gw, pw, big_w, ps)          # [K, PW, GW]
     y0, y1, wy0, wy1 = bilinear_1d(y, h, y_ok)
     x0, x1, wx0, wx1 = bilinear_1d(x, w, x_ok)
-    b = r[:, 0].long().view(k, 1, 1, 1, 1, 1)
+    b = batch_index(r, n).view(k, 1, 1, 1, 1, 1)
     if ps:
         ch = (torch.arange(c_out, device=r.device).view(1, c_out, 1, 1, 1, 1) * (ph * pw)
               + torch.arange(ph, device=r.device).view(1, 1, ph, 1, 1, 1) * pw

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ember.vision.ops._roi_common import round_half_away
+from ember.vision.ops._roi_common import batch_index, round_half_away
 
 
 def _edges(start, end, scale, pooled, extra, limit, dt):
@@ -35,7 +35,7 @@ def _gather_plan(rois, shape, scale, ph, pw, ps):
     w0, w1 = _edges(rois[:, 1], rois[:, 3], scale, pw, extra, lim_w, rois.dtype)
     rows, row_ok, sh = _span(h0, h1, h)
     cols, col_ok, sw = _span(w0, w1, w)
-    b = rois[:, 0].long().view(k, 1, 1, 1, 1, 1)
+    b = batch_index(rois, n).view(k, 1, 1, 1, 1, 1)
     if ps:
         c_out = c // (ph * pw)
         ch = (torch.arange(c_out, device=rois.device).view(1, c_out, 1, 1, 1, 1) * (ph * pw)
@@ -79,7 +79,7 @@ def pool_backward(grad: Tensor, rois: Tensor, argmax: Tensor, shape) -> Tensor:
     k = rois.shape[0]
     if grad.numel() == 0 or gin.numel() == 0:
         return gin.view(shape)
-    plane = (rois[:, 0].long().view(k, 1, 1, 1) * c
+    plane = (batch_index(rois, n).view(k, 1, 1, 1) * c
              + torch.arange(c, device=grad.device).view(1, c, 1, 1)) * (h * w)
     ok = argmax >= 0
     gin.index_put_(((plane + argmax.long())[ok],), grad[ok], accumulate=True)

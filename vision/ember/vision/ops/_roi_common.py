@@ -56,6 +56,15 @@ def as_rois(input: Tensor, boxes) -> Tensor:
     return rois
 
 
+def batch_index(rois: Tensor, n: int) -> Tensor:
+    """Column 0 of ``rois`` as image indices (truncated, as torchvision); ``ValueError`` when
+    one is not an image of the batch (one device sync)."""
+    first = rois[:, 0]
+    if not bool(((first > -1) & (first < n)).all()):
+        raise ValueError("rois: a batch index (column 0) is not an image of the input")
+    return first.long()
+
+
 def round_half_away(x: Tensor) -> Tensor:
     """C's ``round``: halves away from zero (``torch.round`` rounds them to even)."""
     t = torch.trunc(x)

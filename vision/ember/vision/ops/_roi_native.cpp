@@ -99,7 +99,7 @@ template <typename T>
 bool batch_ok(const T* rois, i64 k, i64 n) {
   for (i64 i = 0; i < k; ++i) {
     T b = rois[i * 5];
-    if (!(b >= T(0) && b < T(n))) return false;
+    if (!(b > T(-1) && b < T(n))) return false;  // truncates to an image index
   }
   return true;
 }
