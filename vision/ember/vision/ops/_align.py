@@ -1,5 +1,10 @@
-"""The torch-op kernel shared by roi_align and ps_roi_align: every sample of every bin in one
-gather (the grid of the box with the most samples, the rest masked)."""
+"""The torch-op kernels of roi_align and ps_roi_align.
+
+roi_align's samples are separable: a bin's average is ``Wy @ plane @ Wx^T`` with dense
+per-box row and column weights (the bilinear weights of its samples summed per pixel), so it
+runs as matrix products per image. ps_roi_align reads another channel per bin: every sample
+of every bin in one gather (the grid of the box with the most samples, the rest masked).
+"""
 
 from __future__ import annotations
 
@@ -18,6 +23,73 @@ def _axis(start, bin_size, grid, pooled, big, ps):
     scaled = p * bin_size[:, None]
     base = (scaled + start[:, None]) if ps else (start[:, None] + scaled)
     return base[:, :, None] + step[:, None, :], (cell < grid[:, None])[:, None, :]
+
+
+ROI_CHUNK = 256  # boxes per matrix product: bounds the [boxes, C, H, ow] intermediate
+
+
+def _dense_weights(rois, shape, scale, ph, pw, sampling, aligned):
+    """Row weights ``[K, ph, H]``, column weights ``[K, pw, W]`` (each bin's samples summed
+    per pixel, divided by the sample count) and the image index of each box."""
+    n, c, h, w = shape
+    k = rois.shape[0]
+    off = 0.5 if aligned else 0.0
+    sw, sh = rois[:, 1] * scale - off, rois[:, 2] * scale - off
+    rw, rh = (rois[:, 3] * scale - off) - sw, (rois[:, 4] * scale - off) - sh
+    if not aligned:
+        rw, rh = rw.clamp(min=1), rh.clamp(min=1)
+    if sampling > 0:
+        gh = gw = torch.full((k,), sampling, dtype=torch.long, device=rois.device)
+    else:
+        gh, gw = torch.ceil(rh / ph).long(), torch.ceil(rw / pw).long()
+    count = (gh * gw).clamp(min=1).to(rois.dtype)
+    dense = []
+    for start, size, grid, pooled, extent in ((sh, rh, gh, ph, h), (sw, rw, gw, pw, w)):
+        coord, ok = _axis(start, size / pooled, grid, pooled, max(int(grid.max()), 0), False)
+        low, high, w_low, w_high = bilinear_1d(coord, extent, ok)
+        m = rois.new_zeros((k * pooled, extent))
+        m.scatter_add_(1, low.reshape(k * pooled, -1), w_low.reshape(k * pooled, -1))
+        m.scatter_add_(1, high.reshape(k * pooled, -1), w_high.reshape(k * pooled, -1))
+        dense.append(m.view(k, pooled, extent))
+    wy = dense[0] / count.view(k, 1, 1)
+    return wy, dense[1], batch_index(rois, n)
+
+
+def _per_image(b, n):
+    """(image, indices of its boxes in chunks) for every image that has boxes."""
+    for i in range(n):
+        idx = torch.where(b == i)[0]
+        for j in range(0, idx.numel(), ROI_CHUNK):
+            yield i, idx[j:j + ROI_CHUNK]
+
+
+def separable_forward(input: Tensor, rois: Tensor, scale: float, ph: int, pw: int,
+                      sampling: int, aligned: bool) -> Tensor:
+    """roi_align as ``Wy @ plane @ Wx^T`` per box, grouped by image."""
+    n, c, h, w = input.shape
+    k = rois.shape[0]
+    out = input.new_zeros((k, c, ph, pw))
+    if k == 0 or input.numel() == 0:
+        return out
+    wy, wx, b = _dense_weights(rois, input.shape, scale, ph, pw, sampling, aligned)
+    for i, idx in _per_image(b, n):
+        cols = torch.einsum("cyx,kqx->kcyq", input[i], wx[idx])
+        out[idx] = torch.einsum("kpy,kcyq->kcpq", wy[idx], cols)
+    return out
+
+
+def separable_backward(grad: Tensor, rois: Tensor, scale: float, ph: int, pw: int, shape,
+                       sampling: int, aligned: bool) -> Tensor:
+    """The adjoint of :func:`separable_forward`: ``Wy^T @ grad @ Wx`` summed over boxes."""
+    n, c, h, w = shape
+    gin = grad.new_zeros(shape)
+    if rois.shape[0] == 0 or gin.numel() == 0:
+        return gin
+    wy, wx, b = _dense_weights(rois, shape, scale, ph, pw, sampling, aligned)
+    for i, idx in _per_image(b, n):
+        rows = torch.einsum("kcpq,kqx->kcpx", grad[idx], wx[idx])
+        gin[i] += torch.einsum("kpy,kcpx->cyx", wy[idx], rows)
+    return gin
 
 
 def _plan(rois, shape, scale, ph, pw, sampling, aligned, ps):

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from ember.core import kernels
 from ember.vision.ops import _roi_native
-from ember.vision.ops._align import align_backward, align_forward
+from ember.vision.ops._align import separable_backward, separable_forward
 from ember.vision.ops._roi_common import as_rois, compute_dtype, pair
 
 __all__ = ["roi_align", "RoIAlign"]
@@ -68,8 +68,8 @@ def _(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, a
 def _portable_fwd(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio,
                   aligned):
     dt = compute_dtype(input.dtype)
-    return align_forward(input.to(dt), rois.to(dt), spatial_scale, pooled_height,
-                         pooled_width, sampling_ratio, aligned, False).to(input.dtype)
+    return separable_forward(input.to(dt), rois.to(dt), spatial_scale, pooled_height,
+                             pooled_width, sampling_ratio, aligned).to(input.dtype)
 
 
 @_bwd.register_kernel("cpu")
@@ -89,9 +89,9 @@ def _(grad, rois, spatial_scale, ph, pw, batch_size, channels, height, width, sa
 def _portable_bwd(grad, rois, spatial_scale, ph, pw, batch_size, channels, height, width,
                   sampling_ratio, aligned):
     dt = compute_dtype(grad.dtype)
-    return align_backward(grad.to(dt), rois.to(dt), spatial_scale, ph, pw,
-                          (batch_size, channels, height, width), sampling_ratio, aligned,
-                          False).to(grad.dtype)
+    return separable_backward(grad.to(dt), rois.to(dt), spatial_scale, ph, pw,
+                              (batch_size, channels, height, width), sampling_ratio,
+                              aligned).to(grad.dtype)
 
 
 def _setup(ctx, inputs, output):
