@@ -233,3 +233,49 @@ def test_dither_noise_shaping_carries_the_error_and_leaves_input(density):
     assert (shaped[..., 0] == plain[..., 0]).all()
     with pytest.raises(ValueError, match="density_function"):
         F.dither(x, "uniform")
+
+
+def test_loudness_of_a_997_hz_sine_is_its_bs1770_level():
+    # BS.1770-4's check: a 997 Hz sine at -6.02 dBFS in one channel reads -9.03 LKFS (a full-
+    # scale one would clip in the +4 dB shelf's clamped biquad, as in torchaudio). torchaudio's
+    # K-weighting is two cookbook biquads, not the standard's coefficients, and reads 0.27 LU
+    # low (tests/peers/audio compares it); levels relative to that are exact
+    sr = 48000
+    tone = 0.5 * torch.sin(2 * math.pi * 997 * torch.arange(3 * sr, dtype=torch.float64) / sr)
+    level = F.loudness(tone[None], sr).item()
+    assert level == pytest.approx(-3.01 - 6.02, abs=0.3)
+    assert F.loudness(0.5 * tone[None], sr).item() == pytest.approx(level - 6.0206, abs=1e-3)
+    stereo = torch.stack([tone, tone])
+    assert F.loudness(stereo, sr).item() == pytest.approx(level + 3.0103, abs=1e-3)
+    # 3 s of silence after it: the absolute gate drops the silent blocks; the three blocks
+    # across the edge (3/4, 1/2, 1/4 tone) pass both gates beside the 27 full ones
+    gated = torch.cat([tone, torch.zeros(3 * sr, dtype=torch.float64)])[None]
+    assert F.loudness(gated, sr).item() == pytest.approx(level + 10 * math.log10(28.5 / 30),
+                                                         abs=0.01)
+    with pytest.raises(ValueError, match="5 channels"):
+        F.loudness(torch.zeros(6, sr), sr)
+    from ember.audio import transforms as T
+    assert T.Loudness(sr)(stereo).item() == F.loudness(stereo, sr).item()
+
+
+@pytest.mark.parametrize("n_steps,bins", [(12, 12), (-12, 12), (7, 12)])
+def test_pitch_shift_moves_a_tone_and_keeps_length(n_steps, bins):
+    sr, n = 8000, 8000
+    x = torch.sin(2 * math.pi * 300 * torch.arange(n) / sr)[None]
+    y = F.pitch_shift(x, sr, n_steps, bins)
+    assert y.shape == x.shape
+    spec = np.abs(np.fft.rfft(y[0, 1000:-1000].numpy() * np.hanning(n - 2000)))
+    peak = np.argmax(spec) * sr / (n - 2000)
+    assert peak == pytest.approx(300 * 2 ** (n_steps / bins), rel=0.01)
+
+
+def test_merge_tokens_collapses_repeats_and_blanks():
+    tokens = torch.tensor([0, 3, 3, 0, 0, 5, 5, 5, 3, 0])
+    scores = torch.arange(10, dtype=torch.float32) / 10
+    spans = F.merge_tokens(tokens, scores)
+    assert [(s.token, s.start, s.end, len(s)) for s in spans] == [
+        (3, 1, 3, 2), (5, 5, 8, 3), (3, 8, 9, 1)]
+    assert [s.score for s in spans] == pytest.approx([0.15, 0.6, 0.8])
+    assert [s.token for s in F.merge_tokens(tokens, scores, blank=3)] == [0, 0, 5, 0]
+    with pytest.raises(ValueError, match="same length"):
+        F.merge_tokens(tokens, scores[:-1])

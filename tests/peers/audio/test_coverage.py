@@ -81,7 +81,10 @@ def _params(fn):
 def _signatures(obj):
     """(name, kind, default) lists of a function, or of a class's __init__ and forward."""
     if inspect.isclass(obj):
-        return {"__init__": _params(obj.__init__), "forward": _params(obj.forward)}
+        out = {"__init__": _params(obj.__init__)}
+        if hasattr(obj, "forward"):
+            out["forward"] = _params(obj.forward)
+        return out
     return {"": _params(obj)}
 
 

@@ -458,6 +458,17 @@ def _(lib):
     return outs
 
 
+# phase vocoder + istft + resample as torchaudio; the resample's summation order differs
+@case("pitch_shift", "functional:pitch_shift", atol=5e-5)
+def _(lib):
+    x = wave(2, 4000, seed=73) * 0.5
+    # whole octaves keep the resampling ratio small (a semitone at 16 kHz is 16000:16951)
+    return [lib.F.pitch_shift(x, SR, n, bpo, n_fft=256) for n, bpo in [(12, 12), (-12, 12),
+                                                                        (2, 1)]] + \
+        [lib.F.pitch_shift(x[0], SR, -1, 1, n_fft=512, hop_length=100,
+                           window=torch.hamming_window(400), win_length=400)]
+
+
 # ------------------------------------------------------------------ functional: features
 
 @case("spectral_centroid", "functional:spectral_centroid")
@@ -475,6 +486,30 @@ def _(lib):
                                (41, 5, True, False), (100, 100, True, True),
                                (800, 900, False, True)]] + \
         [lib.F.sliding_window_cmn(s[0], 30, 8, False, True)]
+
+
+# BS.1770 gates on K-weighted block energies; 1 to 5 channels, louder and quieter inputs
+@case("loudness", "functional:loudness", atol=1e-4)
+def _(lib):
+    return [lib.F.loudness(wave(*shape, seed=74) * gain_, 48000)
+            for shape, gain_ in [((1, 48000), 0.5), ((2, 30000), 0.1), ((3, 2, 24000), 1.0),
+                                 ((5, 20000), 0.01)]]
+
+
+def test_merge_tokens():
+    g = torch.Generator().manual_seed(75)
+    for n, blank in [(60, 0), (1, 0), (25, 3)]:
+        tokens = torch.randint(0, 5, (n,), generator=g)
+        tokens[: n // 3] = tokens[0]                     # a long run
+        scores = torch.rand(n, generator=g)
+        ours, theirs = EF.merge_tokens(tokens, scores, blank), TAF.merge_tokens(tokens, scores,
+                                                                              blank)
+        assert [(s.token, s.start, s.end, len(s)) for s in ours] == \
+            [(s.token, s.start, s.end, len(s)) for s in theirs]
+        assert [s.score for s in ours] == pytest.approx([s.score for s in theirs], abs=1e-7)
+
+
+test_merge_tokens.compares = ("functional:merge_tokens", "functional:TokenSpan")
 
 
 def test_edit_distance():
@@ -616,6 +651,8 @@ _PS, _PN = TAF.psd(_MC, _MASK), TAF.psd(_MC, 1 - _MASK)
 tcase("SoudenMVDR", "SoudenMVDR", lambda L: L.T.SoudenMVDR(), [_MC, _PS, _PN, 1], **TOL64)
 tcase("RTFMVDR", "RTFMVDR", lambda L: L.T.RTFMVDR(), [_MC, TAF.rtf_evd(_PS), _PN, 0],
       **TOL64)
+tcase("Loudness", "Loudness", lambda L: L.T.Loudness(16000), [wave(2, 2, 16000, seed=76) * 0.3],
+      atol=1e-4)
 tcase("FrequencyMasking", "FrequencyMasking", lambda L: L.T.FrequencyMasking(30), [MAG],
       seed=11)
 tcase("FrequencyMasking-iid", "FrequencyMasking", lambda L: L.T.FrequencyMasking(

@@ -1,5 +1,6 @@
 """Stateless audio functions with torchaudio.functional's names and semantics."""
 
+from ember.audio.functional.alignment import TokenSpan, merge_tokens
 from ember.audio.functional.amplitude import gain, mu_law_decoding, mu_law_encoding
 from ember.audio.functional.beamforming import (
     apply_beamforming,
@@ -17,10 +18,16 @@ from ember.audio.functional.effects import (
     dither,
     filtfilt,
     overdrive,
+    pitch_shift,
     riaa_biquad,
     speed,
 )
-from ember.audio.functional.features import edit_distance, sliding_window_cmn, spectral_centroid
+from ember.audio.functional.features import (
+    edit_distance,
+    loudness,
+    sliding_window_cmn,
+    spectral_centroid,
+)
 from ember.audio.functional.filtering import (
     add_noise,
     allpass_biquad,
@@ -56,6 +63,7 @@ from ember.audio.functional.spectral import (
 
 __all__ = [
     "DB_to_amplitude",
+    "TokenSpan",
     "add_noise",
     "allpass_biquad",
     "amplitude_to_DB",
@@ -84,16 +92,19 @@ __all__ = [
     "inverse_spectrogram",
     "lfilter",
     "linear_fbanks",
+    "loudness",
     "lowpass_biquad",
     "mask_along_axis",
     "mask_along_axis_iid",
     "melscale_fbanks",
+    "merge_tokens",
     "mu_law_decoding",
     "mu_law_encoding",
     "mvdr_weights_rtf",
     "mvdr_weights_souden",
     "overdrive",
     "phase_vocoder",
+    "pitch_shift",
     "preemphasis",
     "psd",
     "resample",

@@ -1,6 +1,6 @@
 """SoX-style effects with torchaudio's names: contrast, DC shift, overdrive, CD de-emphasis,
-RIAA equalisation, dither, speed change and zero-phase filtering. Inputs are ``[..., time]``;
-nothing is modified in place.
+RIAA equalisation, dither, speed change, pitch shift and zero-phase filtering. Inputs are
+``[..., time]``; nothing is modified in place.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from torch import Tensor
 
 from ember.audio.functional.filtering import biquad, lfilter
 from ember.audio.functional.resampling import resample
+from ember.audio.functional.spectral import phase_vocoder
 
-__all__ = ["contrast", "dcshift", "deemph_biquad", "dither", "filtfilt", "overdrive", "riaa_biquad",
-           "speed"]
+__all__ = ["contrast", "dcshift", "deemph_biquad", "dither", "filtfilt", "overdrive",
+           "pitch_shift", "riaa_biquad", "speed"]
 
 
 def contrast(waveform: Tensor, enhancement_amount: float = 75.0) -> Tensor:
@@ -162,3 +163,29 @@ def speed(waveform: Tensor, orig_freq: int, factor: float,
     if lengths is not None:
         out_lengths = torch.ceil(lengths * target / source).to(lengths.dtype)
     return resample(waveform, source, target), out_lengths
+
+
+def pitch_shift(waveform: Tensor, sample_rate: int, n_steps: int, bins_per_octave: int = 12,
+                n_fft: int = 512, win_length: int | None = None, hop_length: int | None = None,
+                window: Tensor | None = None) -> Tensor:
+    """Shift the pitch by ``n_steps`` of ``1/bins_per_octave`` octave, keeping the length:
+    a phase-vocoder time stretch by the pitch ratio, then resampling back."""
+    hop_length = n_fft // 4 if hop_length is None else hop_length
+    win_length = n_fft if win_length is None else win_length
+    if window is None:
+        window = torch.hann_window(win_length, device=waveform.device)
+    shape = waveform.shape
+    rows = waveform.reshape(-1, shape[-1])
+    rate = 2.0 ** (-float(n_steps) / bins_per_octave)
+    spec = torch.stft(rows, n_fft, hop_length, win_length, window, center=True,
+                      pad_mode="reflect", normalized=False, onesided=True, return_complex=True)
+    advance = torch.linspace(0, math.pi * hop_length, spec.shape[-2],
+                             device=spec.device).unsqueeze(-1)
+    stretched = torch.istft(phase_vocoder(spec, rate, advance), n_fft, hop_length, win_length,
+                            window, length=int(round(shape[-1] / rate)))
+    shifted = resample(stretched, int(sample_rate / rate), sample_rate)
+    if shifted.shape[-1] >= shape[-1]:
+        shifted = shifted[..., :shape[-1]]
+    else:
+        shifted = torch.nn.functional.pad(shifted, (0, shape[-1] - shifted.shape[-1]))
+    return shifted.reshape(shape)

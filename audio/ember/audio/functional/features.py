@@ -1,17 +1,22 @@
 """Feature helpers with torchaudio's names: spectral centroid, sliding-window cepstral mean
-(and variance) normalisation, and the Levenshtein edit distance.
+(and variance) normalisation, ITU-R BS.1770 loudness and the Levenshtein edit distance.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
+from ember.audio.functional.filtering import highpass_biquad, treble_biquad
 from ember.audio.functional.spectral import spectrogram
 
-__all__ = ["edit_distance", "sliding_window_cmn", "spectral_centroid"]
+__all__ = ["edit_distance", "loudness", "sliding_window_cmn", "spectral_centroid"]
+
+# ITU-R BS.1770-4 channel weights (L, R, C, Ls, Rs)
+_BS1770_WEIGHTS = (1.0, 1.0, 1.0, 1.41, 1.41)
 
 
 def spectral_centroid(waveform: Tensor, sample_rate: int, pad: int, window: Tensor, n_fft: int,
@@ -79,3 +84,30 @@ def edit_distance(seq1: Sequence, seq2: Sequence) -> int:
             cur[j] = prev[j - 1] if a == b else 1 + min(prev[j - 1], prev[j], cur[j - 1])
         prev = cur
     return prev[-1]
+
+
+def _gated_mean(energy: Tensor, gate: Tensor) -> Tensor:
+    """Mean over the blocks that pass ``gate`` (..., blocks) of ``energy`` (..., ch, blocks)."""
+    gate = gate.unsqueeze(-2)
+    return (gate * energy).sum(-1) / torch.count_nonzero(gate, dim=-1)
+
+
+def loudness(waveform: Tensor, sample_rate: int):
+    """Integrated loudness in LKFS of ``[..., channels, time]`` (ITU-R BS.1770-4): K-weighting,
+    400 ms blocks with 75 % overlap, an absolute gate at -70 LKFS and a relative one 10 LU
+    below the ungated level. Up to 5 channels."""
+    channels = waveform.shape[-2]
+    if channels > 5:
+        raise ValueError(f"loudness supports up to 5 channels, got {channels}")
+    block = int(round(0.4 * sample_rate))
+    step = int(round(block * 0.25))
+    # K-weighting: a +4 dB shelf above 1.5 kHz, then a 38 Hz high-pass
+    k = treble_biquad(waveform, sample_rate, 4.0, 1500.0, 1 / math.sqrt(2))
+    k = highpass_biquad(k, sample_rate, 38.0, 0.5)
+    energy = k.square().unfold(-1, block, step).mean(-1)          # (..., ch, blocks)
+    weights = torch.tensor(_BS1770_WEIGHTS[:channels], dtype=k.dtype, device=k.device)
+    block_lkfs = -0.691 + 10 * torch.log10((weights.unsqueeze(-1) * energy).sum(-2))
+    absolute = block_lkfs > -70.0
+    ungated = -0.691 + 10 * torch.log10((weights * _gated_mean(energy, absolute)).sum(-1))
+    relative = absolute & (block_lkfs > (ungated - 10).unsqueeze(-1))
+    return -0.691 + 10 * torch.log10((weights * _gated_mean(energy, relative)).sum(-1))

@@ -8,7 +8,7 @@ from ember.audio.transforms.augment import (
     TimeMasking,
     Vol,
 )
-from ember.audio.transforms.features import SlidingWindowCmn, SpectralCentroid
+from ember.audio.transforms.features import Loudness, SlidingWindowCmn, SpectralCentroid
 from ember.audio.transforms.multichannel import PSD, RTFMVDR, SoudenMVDR
 from ember.audio.transforms.signal import (
     ComputeDeltas,
@@ -50,6 +50,7 @@ __all__ = [
     "GriffinLim",
     "InverseMelScale",
     "InverseSpectrogram",
+    "Loudness",
     "MelScale",
     "MelSpectrogram",
     "MuLawDecoding",

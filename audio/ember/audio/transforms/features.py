@@ -1,4 +1,4 @@
-"""Feature transforms: spectral centroid and sliding-window cepstral mean normalisation."""
+"""Feature transforms: spectral centroid, sliding-window cepstral mean normalisation, loudness."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from torch import Tensor, nn
 from ember.audio.functional import features as FX
 from ember.audio.transforms.spectral import WindowFn, _frame_args
 
-__all__ = ["SlidingWindowCmn", "SpectralCentroid"]
+__all__ = ["Loudness", "SlidingWindowCmn", "SpectralCentroid"]
 
 
 class SpectralCentroid(nn.Module):
@@ -39,3 +39,14 @@ class SlidingWindowCmn(nn.Module):
     def forward(self, specgram: Tensor) -> Tensor:
         return FX.sliding_window_cmn(specgram, self.cmn_window, self.min_cmn_window,
                                      self.center, self.norm_vars)
+
+
+class Loudness(nn.Module):
+    """Integrated loudness (LKFS, ITU-R BS.1770-4) of ``[..., channels, time]``."""
+
+    def __init__(self, sample_rate: int):
+        super().__init__()
+        self.sample_rate = sample_rate
+
+    def forward(self, wavefrom: Tensor):   # torchaudio's parameter name, typo included
+        return FX.loudness(wavefrom, self.sample_rate)
