@@ -132,6 +132,18 @@ def test_ps_roi_pool(scale):
 
 
 @compares("ops:ps_roi_pool")
+@pytest.mark.xfail(strict=True, reason="intended (docs/vision.md): torchvision's ps_roi_pool "
+                   "backward spreads bins up to the last row/column that its forward never "
+                   "reads; ours is the forward's adjoint (measured: up to 2.78 apart on these "
+                   "boxes, forward identical)")
+def test_ps_roi_pool_backward_at_the_border():
+    x = image((2, 12, 13, 17))
+    r = rois(40, 2, 13, 17, seed=5)
+    (_, ge), (_, gt) = run_both("ps_roi_pool", x, r, (2, 3), 1.0)
+    close(ge, gt)
+
+
+@compares("ops:ps_roi_pool")
 def test_ps_roi_pool_backward_inside():
     # torchvision's backward spreads a bin up to the last row/column while its forward stops
     # one short (it is not the forward's gradient there); away from them the two agree
