@@ -1,18 +1,23 @@
 """roi_align and RoIAlign (Mask R-CNN's RoIAlign), torchvision's signature and sampling.
 
 Declared as ``ember_vision::roi_align`` (and its backward) through ``ember.core.kernels``:
-a native CPU kernel, the torch-op kernel for every other device, fake kernels for
-compilation, and autograd with respect to the input.
+a native CPU kernel, Triton kernels for float32 on CUDA (where triton is installed), the
+torch-op kernel for everything else, fake kernels for compilation, and autograd with
+respect to the input.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+
+import torch
 from torch import Tensor, nn
 
 from ember.core import kernels
 from ember.vision.ops import _roi_native
 from ember.vision.ops._align import separable_backward, separable_forward
-from ember.vision.ops._roi_common import as_rois, compute_dtype, pair
+from ember.vision.ops._roi_common import as_rois, batch_index, compute_dtype, pair
 
 __all__ = ["roi_align", "RoIAlign"]
 
@@ -92,6 +97,38 @@ def _portable_bwd(grad, rois, spatial_scale, ph, pw, batch_size, channels, heigh
     return separable_backward(grad.to(dt), rois.to(dt), spatial_scale, ph, pw,
                               (batch_size, channels, height, width), sampling_ratio,
                               aligned).to(grad.dtype)
+
+
+@functools.lru_cache(maxsize=1)
+def triton_kernels():
+    """The Triton kernels module, or None when triton is not installed."""
+    if importlib.util.find_spec("triton") is None:
+        return None
+    from ember.vision.ops import _roi_align_triton
+    return _roi_align_triton
+
+
+@_fwd.register_kernel("cuda")
+def _(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
+    tri = triton_kernels()
+    if tri is None or input.dtype != torch.float32:
+        return _portable_fwd(input, rois, spatial_scale, pooled_height, pooled_width,
+                             sampling_ratio, aligned)
+    batch_index(rois, input.shape[0])  # a bad index must not read outside the input
+    return tri.forward(input.contiguous(), rois.contiguous(), spatial_scale, pooled_height,
+                       pooled_width, sampling_ratio, aligned)
+
+
+@_bwd.register_kernel("cuda")
+def _(grad, rois, spatial_scale, ph, pw, batch_size, channels, height, width, sampling_ratio,
+      aligned):
+    tri = triton_kernels()
+    if tri is None or grad.dtype != torch.float32:
+        return _portable_bwd(grad, rois, spatial_scale, ph, pw, batch_size, channels, height,
+                             width, sampling_ratio, aligned)
+    batch_index(rois, batch_size)
+    return tri.backward(grad.contiguous(), rois.contiguous(), spatial_scale, ph, pw,
+                        (batch_size, channels, height, width), sampling_ratio, aligned)
 
 
 def _setup(ctx, inputs, output):
