@@ -1,9 +1,9 @@
 """Every name ember.vision shares with torchvision has a comparison in tests/peers (issue #19).
 
 The shared names are found, not listed: the public names of each ember module intersected
-with those of its torchvision counterpart. A shared name must be claimed by a test in
-a test_*parity*.py module here (its ``@compares(...)``) or sit in EXCLUDED with the reason; new shared API
-therefore fails here until it is compared.
+with those of its torchvision counterpart. A shared name must be claimed by a test in a
+test_*parity*.py module here (its ``@compares(...)``) or sit in EXCLUDED with the reason;
+new shared API therefore fails here until it is compared.
 """
 
 import importlib

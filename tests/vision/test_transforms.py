@@ -296,7 +296,8 @@ def test_every_transform_pickles_and_reprs():
              T.RandomSolarize(128), T.RandomAdjustSharpness(2.0), T.RandomChannelPermutation(),
              T.RandomPhotometricDistort(), T.GaussianNoise(), T.JPEG(50), T.RGB(), T.Identity(),
              T.Lambda(abs), T.LinearTransformation(torch.eye(2), torch.zeros(2)),
-             T.UniformTemporalSubsample(1), T.ConvertImageDtype()]
+             T.UniformTemporalSubsample(1), T.ConvertImageDtype(), T.SetClampingMode(None),
+             T.ClampKeyPoints()]
     with pytest.warns(DeprecationWarning):
         every.append(T.ToTensor())
     names = {type(t).__name__ for t in every}

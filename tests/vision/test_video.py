@@ -204,3 +204,22 @@ def test_fuzzed_video_bytes_raise_only_decode_error(clip, tmp_path):
         except DecodeError:
             continue
         assert video.dtype == torch.uint8 and video.dim() == 4
+
+
+def test_video_reader_streams_audio_in_frames(clip):
+    """stream="audio": float32 [samples, channels] frames whose concatenation is
+    read_video's audio (transposed), pts in seconds; seek restarts at a time."""
+    reader = V.VideoReader(clip, stream="audio")
+    meta = reader.get_metadata()
+    assert meta["audio"]["framerate"] == [8000.0] and "video" in meta
+    frames = list(reader)
+    assert all(f["data"].dtype == torch.float32 and f["data"].shape[1] == 2 for f in frames)
+    assert all(f["data"].shape[0] == reader.AUDIO_FRAME for f in frames[:-1])
+    assert [f["pts"] for f in frames[:3]] == [0.0, 1024 / 8000, 2048 / 8000]
+    whole = torch.cat([f["data"] for f in frames]).T
+    _, audio, _ = V.read_video(clip, pts_unit="sec", output_format="TCHW")
+    assert whole.shape == audio.shape and torch.equal(whole, audio)
+    later = next(iter(reader.seek(1.0)))
+    assert later["pts"] == 1.0
+    with pytest.raises(ValueError, match="stream"):
+        V.VideoReader(clip, stream="subtitles")

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 __all__ = ["TVTensor", "Image", "Video", "Mask", "BoundingBoxes", "BoundingBoxFormat", "wrap",
-           "unwrap"]
+           "unwrap", "set_return_type", "KeyPoints"]
 
 # Ops whose result keeps the subclass (and its metadata): they copy or move, never reinterpret.
 _KEEP_TYPE = {
@@ -28,8 +28,44 @@ _KEEP_TYPE = {
 }
 
 
+_RETURN_TYPE = ["Tensor"]   # what torch ops on typed samples return: "Tensor" or "TVTensor"
+
+
+class _ReturnType:
+    """Returned by ``set_return_type``: as a context manager it restores the previous type."""
+
+    def __init__(self, previous: str) -> None:
+        self.previous = previous
+
+    def __enter__(self) -> _ReturnType:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _RETURN_TYPE[0] = self.previous
+
+
+def set_return_type(return_type: str) -> _ReturnType:
+    """What torch ops on typed samples return: "Tensor" (plain, the default) or "TVTensor"
+    (the type and metadata of their first typed argument). Global, or scoped in a ``with``."""
+    names = {"tensor": "Tensor", "tvtensor": "TVTensor"}
+    if not isinstance(return_type, str) or return_type.lower() not in names:
+        raise ValueError(f"return_type must be 'Tensor' or 'TVTensor', got {return_type!r}")
+    previous = _RETURN_TYPE[0]
+    _RETURN_TYPE[0] = names[return_type.lower()]
+    return _ReturnType(previous)
+
+
+def _rewrap(out: Any, like: TVTensor) -> Any:
+    if isinstance(out, torch.Tensor) and not isinstance(out, TVTensor):
+        return wrap(out, like=like)
+    if isinstance(out, (tuple, list)):
+        return type(out)(_rewrap(o, like) for o in out)
+    return out
+
+
 class TVTensor(torch.Tensor):
-    """Base of the typed samples; results of torch ops are plain tensors."""
+    """Base of the typed samples; results of torch ops are plain tensors (typed ones under
+    ``set_return_type("TVTensor")``)."""
 
     @staticmethod
     def _to_tensor(data: Any, dtype=None, device=None, requires_grad=None) -> torch.Tensor:
@@ -43,6 +79,10 @@ class TVTensor(torch.Tensor):
             out = func(*args, **(kwargs or {}))
         if func in _KEEP_TYPE and isinstance(args[0], TVTensor) and isinstance(out, torch.Tensor):
             return wrap(out, like=args[0])
+        if _RETURN_TYPE[0] == "TVTensor" and func is not torch.Tensor.as_subclass:
+            like = next((a for a in args if isinstance(a, TVTensor)), None)
+            if like is not None:
+                return _rewrap(out, like)
         return out
 
     def _meta(self) -> dict[str, Any]:
@@ -132,6 +172,29 @@ def _as_format(fmt: BoundingBoxFormat | str) -> BoundingBoxFormat:
     if isinstance(fmt, str) and fmt.upper() in BoundingBoxFormat.__members__:
         return BoundingBoxFormat[fmt.upper()]
     raise ValueError(f"format must be one of {list(BoundingBoxFormat.__members__)}, got {fmt!r}")
+
+
+class KeyPoints(TVTensor):
+    """Points ``[..., 2]`` (x, y in pixel indices) on an image of ``canvas_size`` (H, W):
+    single points, polygons ``[N, K, 2]``, skeletons ``[N, B, 2, 2]``."""
+
+    canvas_size: tuple[int, int]
+
+    def __new__(cls, data: Any, *, canvas_size: Sequence[int], dtype=None, device=None,
+                requires_grad=None) -> KeyPoints:
+        t = cls._to_tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+        if t.ndim == 1:
+            t = t.unsqueeze(0)
+        if t.ndim == 0 or t.shape[-1] != 2:
+            raise ValueError(f"KeyPoints data must have shape [..., 2], got {tuple(t.shape)}")
+        if len(canvas_size) != 2 or not all(int(s) >= 0 for s in canvas_size):
+            raise ValueError(f"canvas_size must be (height, width), got {canvas_size!r}")
+        out = t.as_subclass(cls)
+        out.canvas_size = (int(canvas_size[0]), int(canvas_size[1]))
+        return out
+
+    def _meta(self) -> dict[str, Any]:
+        return {"canvas_size": self.canvas_size}
 
 
 def _as_clamping_mode(mode: Any) -> str | None:

@@ -321,22 +321,33 @@ def write_video(filename: str, video_array: torch.Tensor, fps: float, video_code
 
 
 class VideoReader:
-    """Iterate a video's frames as {"data": uint8 [C, H, W], "pts": seconds}; ``seek(t)``
-    restarts at the first frame with pts >= t. Frames stream from one ffmpeg process."""
+    """Iterate a video's frames as {"data": uint8 [C, H, W], "pts": seconds}, or with
+    ``stream="audio"`` its sound as {"data": float32 [samples, channels], "pts": seconds} in
+    frames of ``AUDIO_FRAME`` samples; ``seek(t)`` restarts at the first frame with pts >= t.
+    Frames stream from one ffmpeg process."""
+
+    AUDIO_FRAME = 1024  # samples per audio frame (an AAC frame's length)
 
     def __init__(self, path: str, stream: str = "video") -> None:
-        if stream != "video":
-            raise ValueError(f"stream must be 'video' (audio: use read_video), got {stream!r}")
+        if stream not in ("video", "audio"):
+            raise ValueError(f"stream must be 'video' or 'audio', got {stream!r}")
         self.path = os.fspath(path)
+        self.stream = stream
         self._info = _probe(self.path)
-        if self._info["video"] is None:
-            raise RuntimeError(f"{self.path!r} has no video stream")
+        if self._info[stream] is None:
+            raise RuntimeError(f"{self.path!r} has no {stream} stream")
         self._start = 0.0
         self._proc: subprocess.Popen | None = None
 
     def get_metadata(self) -> dict[str, dict[str, list[float]]]:
-        v = self._info["video"]
-        return {"video": {"fps": [v["fps"]], "duration": [self._info["duration"] or 0.0]}}
+        duration = [self._info["duration"] or 0.0]
+        out = {}
+        if self._info["video"] is not None:
+            out["video"] = {"fps": [self._info["video"]["fps"]], "duration": duration}
+        if self._info["audio"] is not None:
+            out["audio"] = {"framerate": [float(self._info["audio"]["sample_rate"])],
+                            "duration": duration}
+        return out
 
     def seek(self, time_s: float) -> VideoReader:
         if time_s < 0:
@@ -354,6 +365,33 @@ class VideoReader:
         return next(self._it)
 
     def _frames(self) -> Iterator[dict[str, Any]]:
+        return self._audio_frames() if self.stream == "audio" else self._video_frames()
+
+    def _audio_frames(self) -> Iterator[dict[str, Any]]:
+        self._close()
+        a = self._info["audio"]
+        rate, ch = a["sample_rate"], a["channels"]
+        args = (ffmpeg.input(self.path, ss=self._start).audio
+                .output("pipe:", format="f32le", acodec="pcm_f32le", ac=ch, ar=rate)
+                .global_args("-hide_banner", "-nostdin", "-loglevel", "error")
+                .compile(cmd=ffmpeg_exe()))
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self._proc = proc
+        size = self.AUDIO_FRAME * ch * 4
+        done = 0
+        try:
+            while True:
+                buf = proc.stdout.read(size)
+                n = len(buf) // (4 * ch)
+                if n == 0:
+                    break
+                data = torch.frombuffer(bytearray(buf[:n * 4 * ch]), dtype=torch.float32)
+                yield {"data": data.view(n, ch), "pts": self._start + done / rate}
+                done += n
+        finally:
+            self._close()
+
+    def _video_frames(self) -> Iterator[dict[str, Any]]:
         self._close()
         v = self._info["video"]
         args = (ffmpeg.input(self.path, ss=self._start, copyts=None).video.filter("showinfo")

@@ -54,6 +54,7 @@ from ember.vision.transforms._geometry import (
 )
 from ember.vision.transforms._misc import (
     ClampBoundingBoxes,
+    ClampKeyPoints,
     ConvertBoundingBoxFormat,
     ConvertImageDtype,
     Identity,
@@ -62,6 +63,7 @@ from ember.vision.transforms._misc import (
     Normalize,
     RandomErasing,
     SanitizeBoundingBoxes,
+    SetClampingMode,
     ToDtype,
     UniformTemporalSubsample,
 )
@@ -83,6 +85,7 @@ __all__ = [
     "RandomPerspective", "ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur",
     "Normalize", "ToDtype", "RandomErasing", "AutoAugment", "AutoAugmentPolicy", "RandAugment",
     "TrivialAugmentWide", "MixUp", "CutMix", "ConvertBoundingBoxFormat", "ClampBoundingBoxes",
+    "SetClampingMode", "ClampKeyPoints",
     "SanitizeBoundingBoxes", "ToImage", "PILToTensor", "ToPILImage", "ToPureTensor",
     "TenCrop", "RandomResize", "RandomShortestSize", "ScaleJitter", "RandomZoomOut",
     "RandomIoUCrop", "ElasticTransform", "RandomInvert", "RandomEqualize", "RandomAutocontrast",

@@ -14,7 +14,7 @@ from ember.vision.transforms._transform import (
     plain,
     uniform,
 )
-from ember.vision.transforms.functional._color import jitter_
+from ember.vision.transforms.functional._color import jitter_, photometric_uint8
 
 
 class ColorJitter(Transform):
@@ -260,15 +260,26 @@ class RandomPhotometricDistort(Transform):
         perm = torch.randperm(c).tolist() if torch.rand(1) < self.p else None
         return {"factors": factors, "contrast_first": contrast_first, "permutation": perm}
 
+    _STEPS = {"brightness": F.adjust_brightness, "contrast": F.adjust_contrast,
+              "saturation": F.adjust_saturation, "hue": F.adjust_hue}
+
     def transform(self, inpt, params):
         b, c, s, h = params["factors"]
-        steps = [(F.adjust_brightness, b)]
-        middle = [(F.adjust_saturation, s), (F.adjust_hue, h)]
-        steps += [(F.adjust_contrast, c)] + middle if params["contrast_first"] else \
-            middle + [(F.adjust_contrast, c)]
-        for fn, f in steps:
-            if f is not None:
-                inpt = fn(inpt, f)
+        middle = [("saturation", s), ("hue", h)]
+        steps = [("brightness", b)] + ([("contrast", c)] + middle if params["contrast_first"]
+                                       else middle + [("contrast", c)])
+        steps = [(name, f) for name, f in steps if f is not None]
+        plain = tv_tensors.unwrap(inpt)
+        if ((type(inpt) is torch.Tensor or isinstance(inpt, (tv_tensors.Image, tv_tensors.Video)))
+                and plain.dtype == torch.uint8 and plain.ndim >= 3 and plain.shape[-3] in (1, 3)
+                and steps):
+            # one float copy for the whole chain instead of a uint8 round trip per step
+            out = photometric_uint8(plain, steps)
+            inpt = tv_tensors.wrap(out, like=inpt) if isinstance(
+                inpt, tv_tensors.TVTensor) else out
+        else:
+            for name, f in steps:
+                inpt = self._STEPS[name](inpt, f)
         if params["permutation"] is not None:
             inpt = F.permute_channels(inpt, params["permutation"])
         return inpt

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from ember.vision.transforms import functional as F
@@ -447,12 +448,6 @@ class RandomZoomOut(RandomTransform):
             raise ValueError(f"side_range must be (lo, hi) with 1 <= lo <= hi, got {side_range!r}")
         self.fill, self.side_range = fill, tuple(float(v) for v in side_range)
 
-    def draw(self, targets):
-        # the coin is drawn even at p=1, as torchvision does: a seed gives its canvas
-        if float(torch.rand(())) >= self.p:
-            return None
-        return self.make_params(targets), self.transform
-
     def make_params(self, leaves):
         h, w = query_size(leaves)
         lo, hi = self.side_range
@@ -503,24 +498,37 @@ class RandomIoUCrop(Transform):
                             "(masks may come along)")
         return super().forward(*inputs)
 
-    def _trial(self, h, w, xyxy):
-        r = self.min_scale + (self.max_scale - self.min_scale) * torch.rand(2)
-        nw, nh = int(w * r[0]), int(h * r[1])
+    def _trial(self, h, w, centres):
+        """One of torchvision's crop trials, with its draws and its float32 arithmetic
+        (numpy float32 scalars round as torch's float32 tensors do)."""
+        r = (self.min_scale + (self.max_scale - self.min_scale) * torch.rand(2)).numpy()
+        nw, nh = int(np.float32(w) * r[0]), int(np.float32(h) * r[1])
         if nh == 0 or not self.min_aspect_ratio <= nw / nh <= self.max_aspect_ratio:
             return None
-        r = torch.rand(2)
-        left, top = int((w - nw) * r[0]), int((h - nh) * r[1])
+        r = torch.rand(2).numpy()
+        left, top = int(np.float32(w - nw) * r[0]), int(np.float32(h - nh) * r[1])
         if nw == 0 or nh == 0:
             return None
-        cx, cy = (xyxy[:, 0] + xyxy[:, 2]) / 2, (xyxy[:, 1] + xyxy[:, 3]) / 2
+        cx, cy = centres
         inside = (left < cx) & (cx < left + nw) & (top < cy) & (cy < top + nh)
-        if not bool(inside.any()):
+        if not inside.any():
             return None
         return {"top": top, "left": left, "height": nh, "width": nw, "inside": inside}
 
+    @staticmethod
+    def _max_iou(boxes: np.ndarray, crop: list[int]) -> np.floating:
+        """torchvision's box_iou of ``boxes`` with one crop, max over boxes, in the boxes'
+        float dtype (the same operations in the same order)."""
+        c = np.array(crop, dtype=boxes.dtype)
+        area1 = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+        area2 = (c[2] - c[0]) * (c[3] - c[1])
+        wh = (np.minimum(boxes[:, 2:], c[2:]) - np.maximum(boxes[:, :2], c[:2])).clip(min=0)
+        inter = wh[:, 0] * wh[:, 1]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (inter / (area1 + area2 - inter)).max()
+
     def make_params(self, leaves):
         from ember.vision import tv_tensors
-        from ember.vision.ops import box_iou
 
         h, w = query_size(leaves)
         boxes = next(x for x in leaves if isinstance(x, tv_tensors.BoundingBoxes))
@@ -528,18 +536,24 @@ class RandomIoUCrop(Transform):
             raise ValueError(f"RandomIoUCrop works on unbatched boxes [N, 4], "
                              f"got {tuple(boxes.shape)}")
         xyxy = F.convert_bounding_box_format(tv_tensors.unwrap(boxes), boxes.format, "XYXY")
+        centres = ((0.5 * (xyxy[:, 0] + xyxy[:, 2])).cpu().numpy(),
+                   (0.5 * (xyxy[:, 1] + xyxy[:, 3])).cpu().numpy())
+        # integer boxes: torchvision's box_iou upcasts them to float32
+        xyxy_np = xyxy.cpu().to(xyxy.dtype if xyxy.is_floating_point() else torch.float32)
+        xyxy_np = xyxy_np.numpy() if xyxy_np.dtype != torch.bfloat16 else xyxy_np.float().numpy()
         while True:  # as torchvision: redraw the option until a crop is found
             min_iou = self.options[int(torch.randint(len(self.options), (1,)))]
             if min_iou >= 1.0:
                 return {}
             for _ in range(self.trials):
-                p = self._trial(h, w, xyxy)
+                p = self._trial(h, w, centres)
                 if p is None:
                     continue
-                crop = torch.tensor([[p["left"], p["top"], p["left"] + p["width"],
-                                      p["top"] + p["height"]]], dtype=torch.float32)
-                if float(box_iou(xyxy[p["inside"]].float(), crop).max()) < min_iou:
+                crop = [p["left"], p["top"], p["left"] + p["width"], p["top"] + p["height"]]
+                best = self._max_iou(xyxy_np[p["inside"]], crop)
+                if best < best.dtype.type(min_iou):
                     continue
+                p["inside"] = torch.from_numpy(p["inside"])
                 return p
 
     def transform(self, inpt, params):

@@ -155,6 +155,34 @@ class ConvertBoundingBoxFormat(Transform):
         return inpt
 
 
+class SetClampingMode(Transform):
+    """Set the ``clamping_mode`` ('soft', 'hard' or None) of every ``BoundingBoxes``; the
+    coordinates are not changed."""
+
+    pil = "pass"
+
+    def __init__(self, clamping_mode) -> None:
+        super().__init__()
+        self.clamping_mode = tv_tensors._as_clamping_mode(clamping_mode)
+
+    def transform(self, inpt, params):
+        if isinstance(inpt, tv_tensors.BoundingBoxes):
+            return tv_tensors.wrap(tv_tensors.unwrap(inpt).clone(), like=inpt,
+                                   clamping_mode=self.clamping_mode)
+        return inpt
+
+
+class ClampKeyPoints(Transform):
+    """Clamp every ``KeyPoints`` into its canvas (x to [0, W - 1], y to [0, H - 1])."""
+
+    pil = "pass"
+
+    def transform(self, inpt, params):
+        if isinstance(inpt, tv_tensors.KeyPoints):
+            return F.clamp_keypoints(inpt)
+        return inpt
+
+
 class ClampBoundingBoxes(Transform):
     """Clip every ``BoundingBoxes`` to its canvas; ``clamping_mode`` 'auto' uses each
     box tensor's own mode ('soft' and 'hard' clip axis-aligned boxes alike, None keeps)."""

@@ -56,7 +56,7 @@ def query_size(leaves: Sequence) -> tuple[int, int]:
     """(height, width) shared by the images, videos, masks and boxes of a sample."""
     sizes = set()
     for x in leaves:
-        if isinstance(x, tv_tensors.BoundingBoxes):
+        if isinstance(x, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints)):
             sizes.add(tuple(x.canvas_size))
         elif isinstance(x, torch.Tensor):
             sizes.add((int(x.shape[-2]), int(x.shape[-1])))
@@ -405,6 +405,7 @@ class RandomTransform(Transform):
             n, device = batch_info(targets)
             apply = torch.rand(n, device=device) < self.p
             return {**self.make_params(targets), "_apply": apply}, self._transform_or_keep
-        if self.p < 1.0 and float(torch.rand(())) >= self.p:
+        # drawn even when p is 1, as torchvision does, so the random stream stays in step
+        if float(torch.rand(1)) >= self.p:
             return None
         return self.make_params(targets), self.transform

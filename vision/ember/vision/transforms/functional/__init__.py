@@ -5,6 +5,7 @@ Each function dispatches on its input's type through a kernel registry: plain te
 ``register_kernel(functional, MyType)`` adds a kernel for a user type.
 """
 
+from ember.vision import tv_tensors
 from ember.vision.transforms.functional._augment import (
     elastic,
     elastic_transform,
@@ -51,6 +52,7 @@ from ember.vision.transforms.functional._geometry import (
     vertical_flip,
 )
 from ember.vision.transforms.functional._kernels import KERNELS
+from ember.vision.transforms.functional._keypoints import KEYPOINT_KERNELS, clamp_keypoints
 from ember.vision.transforms.functional._meta import (
     get_dimensions,
     get_image_num_channels,
@@ -65,7 +67,11 @@ from ember.vision.transforms.functional._misc import (
     normalize,
     to_dtype,
 )
-from ember.vision.transforms.functional._registry import register_kernel, register_pil
+from ember.vision.transforms.functional._registry import (
+    passthrough_like,
+    register_kernel,
+    register_pil,
+)
 from ember.vision.transforms.functional._type_conversion import (
     pil_to_tensor,
     to_image,
@@ -82,7 +88,7 @@ __all__ = [
     "adjust_hue", "adjust_sharpness", "adjust_gamma", "posterize", "solarize", "invert",
     "autocontrast", "equalize",
     "normalize", "to_dtype", "gaussian_blur", "erase",
-    "convert_bounding_box_format", "clamp_bounding_boxes",
+    "convert_bounding_box_format", "clamp_bounding_boxes", "clamp_keypoints",
     "to_image", "pil_to_tensor", "to_pil_image",
     "hflip", "vflip", "to_grayscale", "get_image_size", "get_dimensions", "get_num_channels",
     "get_image_num_channels", "get_num_frames", "is_pure_tensor", "ten_crop", "elastic",
@@ -92,7 +98,8 @@ __all__ = [
 
 # torchvision's per-type kernels: resize_image, resize_mask, resize_bounding_boxes, ...
 globals().update(KERNELS)
-__all__ += sorted(KERNELS)
+globals().update(KEYPOINT_KERNELS)
+__all__ += sorted(KERNELS) + sorted(KEYPOINT_KERNELS)
 
 # torchvision's other names for the same functions
 hflip = horizontal_flip
@@ -117,3 +124,6 @@ for _f in (adjust_brightness, adjust_contrast, adjust_gamma, adjust_hue, adjust_
            gaussian_noise, permute_channels):
     register_pil(_f)
 del _f
+
+# KeyPoints pass through every functional that leaves boxes alone (colour, blur, ...)
+passthrough_like(tv_tensors.KeyPoints, tv_tensors.BoundingBoxes)

@@ -27,13 +27,16 @@ def from_xyxy(boxes: torch.Tensor, fmt: BoundingBoxFormat) -> torch.Tensor:
     return torch.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], dim=-1)
 
 
-def in_xyxy(fn):
+def in_xyxy(fn, clamps: bool = False):
     """Run a box kernel written for float XYXY boxes on any format and dtype; integer boxes
-    are truncated back to their dtype, as torchvision's box kernels do."""
-    def kernel(boxes, fmt, canvas_size, *args, **kwargs):
+    are truncated back to their dtype, as torchvision's box kernels do. With ``clamps`` the
+    result is clipped to the new canvas unless the boxes' ``clamping_mode`` is None."""
+    def kernel(boxes, fmt, canvas_size, *args, clamping_mode="soft", **kwargs):
         dtype = boxes.dtype
         xyxy = to_xyxy(boxes.to(torch.float32) if not dtype.is_floating_point else boxes, fmt)
         out, canvas = fn(xyxy, canvas_size, *args, **kwargs)
+        if clamps and clamping_mode is not None:
+            out = clamp_xyxy(out, canvas)
         return from_xyxy(out, fmt).to(dtype), canvas
     return kernel
 

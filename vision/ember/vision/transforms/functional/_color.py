@@ -39,12 +39,19 @@ def _back(out: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _blend(img1: torch.Tensor, img2, ratio) -> torch.Tensor:
-    """``ratio * img1 + (1 - ratio) * img2``, clamped, in one lerp pass."""
+    """``ratio * img1 + (1 - ratio) * img2``, clamped, with torchvision's float operations
+    (``img1 * r`` then a fused multiply-add of ``img2``), so integer results truncate the same
+    values; per-sample ratios give what one call per sample gives."""
+    if isinstance(ratio, torch.Tensor) and ratio.ndim == 0 and not torch.compiler.is_compiling():
+        ratio = float(ratio)
     r = per_sample(ratio, img1)
     a = img1 if img1.is_floating_point() else img1.to(torch.float32)
     b = img2 if isinstance(img2, torch.Tensor) else torch.tensor(img2, dtype=a.dtype)
-    r = r if isinstance(r, torch.Tensor) else torch.tensor(r, dtype=a.dtype, device=a.device)
-    return _back(torch.lerp(b.to(a.dtype), a, r.to(a.dtype)), img1.dtype)
+    if isinstance(r, float):
+        return _back(img1.mul(r).add_(b, alpha=1.0 - r), img1.dtype)
+    # per-sample: the same two roundings (add with alpha is a fused multiply-add)
+    r = r.to(a.dtype)
+    return _back(torch.addcmul(a.mul(r), b.to(a.dtype), 1 - r), img1.dtype)
 
 
 _LUMA = (0.2989, 0.587, 0.114)
@@ -261,6 +268,44 @@ def adjust_hue(inpt, hue_factor):
     """Rotate the hue by ``hue_factor`` turns, in [-0.5, 0.5], through HSV."""
 
 
+def _gray_u8(x: torch.Tensor) -> torch.Tensor:
+    """``_gray`` of a uint8 image held in float32: the same sums, truncated (floored: they
+    are >= 0) in place."""
+    r, g, b = x.unbind(-3)
+    return (r * _LUMA[0] + g * _LUMA[1] + b * _LUMA[2]).unsqueeze(-3).floor_()
+
+
+def _lerp_u8(toward: torch.Tensor, x: torch.Tensor, f: float) -> torch.Tensor:
+    """``_blend`` of uint8 values held in float32 (one ratio)."""
+    return x.mul(f).add_(toward, alpha=1.0 - f).clamp_(0, 255).floor_()
+
+
+def _contrast_u8(x, f):
+    gray = _gray_u8(x) if x.shape[-3] == 3 else x
+    return _lerp_u8(gray.mean(dim=(-3, -2, -1), keepdim=True), x, f)
+
+
+# uint8 colour steps on float32 storage: each mirrors its uint8 kernel's float arithmetic and
+# ends clamped and truncated, which is what that kernel's cast back to uint8 does (on values
+# >= 0 truncation is floor_, which torch vectorises; trunc_ is 25x slower on CPU)
+_UINT8_STEPS = {
+    "brightness": lambda x, f: x.mul_(f).clamp_(0, 255).floor_(),
+    "contrast": _contrast_u8,
+    "saturation": lambda x, f: x if x.shape[-3] == 1 else _lerp_u8(_gray_u8(x), x, f),
+    "hue": lambda x, f: x if x.shape[-3] == 1 else
+    _shift_hue(x / 255.0, f).mul_(256.0 - 1e-3).clamp_(min=0).floor_(),
+}
+
+
+def photometric_uint8(img: torch.Tensor, steps) -> torch.Tensor:
+    """``steps`` [(name, factor)] of brightness / contrast / saturation / hue on a 1- or
+    3-channel uint8 image with one conversion each way: the pixels of the separate calls."""
+    x = img.to(torch.float32)
+    for name, factor in steps:
+        x = _UINT8_STEPS[name](x, float(factor))
+    return x.to(torch.uint8)
+
+
 def _sharpness(img, sharpness_factor):
     check_image(img, channels=(1, 3))
     _check_factor(sharpness_factor, "sharpness_factor")
@@ -277,7 +322,11 @@ def _sharpness(img, sharpness_factor):
         blurred = blurred.round()
     degenerate = xf.clone()
     degenerate[..., 1:-1, 1:-1] = blurred
-    return _blend(img, degenerate.reshape(img.shape), sharpness_factor)
+    if isinstance(sharpness_factor, torch.Tensor):
+        return _blend(img, degenerate.reshape(img.shape), sharpness_factor)
+    # torchvision's arithmetic: x + (1 - f) * (blurred - x), then clamped and truncated
+    out = xf.add(degenerate.sub_(xf), alpha=1.0 - float(sharpness_factor))
+    return _back(out.reshape(img.shape), img.dtype)
 
 
 @dispatcher

@@ -15,7 +15,7 @@ import torch.nn.functional as tF
 
 from ember.core import kernels
 from ember.vision import tv_tensors
-from ember.vision.transforms.functional._boxes import _clamp_arith, clamp_xyxy, in_xyxy
+from ember.vision.transforms.functional._boxes import _clamp_arith, in_xyxy
 from ember.vision.transforms.functional._registry import (
     dispatcher,
     register_boxes,
@@ -35,7 +35,7 @@ from ember.vision.transforms.functional._utils import (
 
 
 def _size_of(inpt) -> tuple[int, int]:
-    if isinstance(inpt, tv_tensors.BoundingBoxes):
+    if isinstance(inpt, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints)):
         return inpt.canvas_size
     if isinstance(inpt, PIL.Image.Image):
         return inpt.height, inpt.width
@@ -302,7 +302,7 @@ def _crop_any(x, top, left, height, width):
 def _crop_boxes(xyxy, canvas, top, left, height, width):
     lft, tp = _coord(left, xyxy), _coord(top, xyxy)
     out = xyxy - torch.stack([lft, tp, lft, tp], -1)
-    return clamp_xyxy(out, (height, width)), (height, width)
+    return out, (height, width)
 
 
 @dispatcher
@@ -312,7 +312,7 @@ def crop(inpt, top, left, height, width):
 
 register_image(crop, _crop_any)
 register_mask(crop, _crop_any)
-register_boxes(crop, in_xyxy(_crop_boxes))
+register_boxes(crop, in_xyxy(_crop_boxes, clamps=True))
 
 
 def center_crop(inpt, output_size: int | Sequence[int]):
@@ -521,7 +521,7 @@ def _resized_crop_boxes(xyxy, canvas, top, left, height, width, size, interpolat
     out = xyxy - torch.stack([lft, tp, lft, tp], -1)
     sx, sy = ow / _coord(width, xyxy), oh / _coord(height, xyxy)
     out = out * torch.stack([sx, sy, sx, sy], -1)
-    return clamp_xyxy(out, (oh, ow)), (oh, ow)
+    return out, (oh, ow)
 
 
 @dispatcher
@@ -532,7 +532,7 @@ def resized_crop(inpt, top, left, height, width, size, interpolation=Interpolati
 
 register_image(resized_crop, _resized_crop_image)
 register_mask(resized_crop, _resized_crop_mask)
-register_boxes(resized_crop, in_xyxy(_resized_crop_boxes))
+register_boxes(resized_crop, in_xyxy(_resized_crop_boxes, clamps=True))
 
 
 # ----------------------------------------------------------------------------- pad
@@ -751,7 +751,7 @@ def _transform_boxes(xyxy, m, out_hw):
     xy = out[..., :2] / out[..., 2:]
     mins, maxs = xy.amin(-2), xy.amax(-2)
     res = torch.cat([mins, maxs], -1).to(xyxy.dtype)
-    return clamp_xyxy(res, out_hw), out_hw
+    return res, out_hw
 
 
 @dispatcher
@@ -793,7 +793,7 @@ def _affine_mask(mask, angle, translate, scale, shear, interpolation=None, fill=
 
 
 register_mask(affine, _affine_mask)
-register_boxes(affine, in_xyxy(_affine_boxes))
+register_boxes(affine, in_xyxy(_affine_boxes, clamps=True))
 
 
 def _rotate_params(canvas, angle, expand, center):
@@ -834,7 +834,7 @@ register_image(rotate, _rotate_image)
 register_mask(rotate, lambda x, angle, interpolation=None, expand=False, center=None, fill=None:
               _rotate_image(x, angle, InterpolationMode.NEAREST, expand, center, fill,
                             channel_dim=False))
-register_boxes(rotate, in_xyxy(_rotate_boxes))
+register_boxes(rotate, in_xyxy(_rotate_boxes, clamps=True))
 
 
 def perspective_matrix(startpoints, endpoints) -> torch.Tensor:
@@ -893,4 +893,4 @@ register_image(perspective, _perspective_image)
 register_mask(perspective, lambda x, s, e, interpolation=None, fill=None, coefficients=None:
               _perspective_image(x, s, e, InterpolationMode.NEAREST, fill, coefficients,
                                  channel_dim=False))
-register_boxes(perspective, in_xyxy(_perspective_boxes))
+register_boxes(perspective, in_xyxy(_perspective_boxes, clamps=True))

@@ -77,18 +77,32 @@ def register_mask(functional: Callable, kernel: Callable) -> None:
 
 
 def register_boxes(functional: Callable, kernel: Callable) -> None:
-    """Register ``kernel(tensor, format, canvas_size, ...) -> (tensor, canvas_size)`` for boxes."""
+    """Register ``kernel(tensor, format, canvas_size, ..., clamping_mode=) -> (tensor,
+    canvas_size)`` for boxes (``clamping_mode``: the boxes' own)."""
     def typed(inpt, *args, **kwargs):
-        out, canvas = kernel(_plain(inpt), inpt.format, inpt.canvas_size, *args, **kwargs)
+        out, canvas = kernel(_plain(inpt), inpt.format, inpt.canvas_size, *args,
+                             clamping_mode=getattr(inpt, "clamping_mode", "soft"), **kwargs)
         return tv_tensors.wrap(out, like=inpt, canvas_size=canvas)
 
     _KERNELS[functional][tv_tensors.BoundingBoxes] = typed
 
 
+def passthrough(inpt, *args, **kwargs):
+    """The kernel of types a functional leaves alone: the input itself."""
+    return inpt
+
+
 def register_passthrough(functional: Callable, *types: type) -> None:
     """Inputs of ``types`` come back unchanged (e.g. color ops on masks and boxes)."""
     for cls in types:
-        _KERNELS[functional][cls] = lambda inpt, *args, **kwargs: inpt
+        _KERNELS[functional][cls] = passthrough
+
+
+def passthrough_like(cls: type, like: type) -> None:
+    """``cls`` passes through every functional that ``like`` passes through."""
+    for table in _KERNELS.values():
+        if table.get(like) is passthrough:
+            table.setdefault(cls, passthrough)
 
 
 def register_raw(functional: Callable, cls: type, kernel: Callable) -> None:
