@@ -160,6 +160,24 @@ def test_dropout_training_keeps_or_scales(ecompile):
     assert 0.65 < kept.float().mean().item() < 0.85
 
 
+def _clone_then_update_in_place(g, p):
+    b = torch.clone(g).detach()  # the momentum buffer of SGD's first nesterov step
+    g.add_(b, alpha=0.9)
+    p.add_(g, alpha=-0.1)
+    return b, b * 2
+
+
+def test_clone_of_an_input_updated_in_place_later_keeps_the_old_values(ecompile, matches):
+    """The clone is read after its source's in-place update: it must hold the values from
+    before the update (it was once computed after the copy back into the input)."""
+    g, p = torch.randn(6, 5), torch.randn(6, 5)
+    ours_g, ours_p = g.clone(), p.clone()
+    out = ecompile(_clone_then_update_in_place)(ours_g, ours_p)
+    ref = _clone_then_update_in_place(g, p)
+    matches(out, ref)
+    matches([ours_g, ours_p], [g, p])
+
+
 def test_dead_buffers_are_reused_safely(ecompile, matches):
     # flip runs in ATen; its dying output may be overwritten in place only by the reader
     x = torch.randn(6, 5)

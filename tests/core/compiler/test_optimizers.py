@@ -20,15 +20,10 @@ OPTIMIZERS = {
     "adagrad": lambda p, **kw: torch.optim.Adagrad(p, lr=1e-2, **kw),
 }
 SHAPES = [(33, 17), (17,), (4, 5, 6), (1,)]
-# Wrong today, fixed next: the compiled step reads the momentum buffers' clone of the gradients
-# after the in-place nesterov update of those gradients (a clone realized after its source's
-# mutation).
-WRONG = {"sgd_nesterov": "clone of a mutated input realized after the mutation"}
 
 
 def _names():
-    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=WRONG[n]))
-            if n in WRONG else n for n in sorted(OPTIMIZERS)]
+    return sorted(OPTIMIZERS)
 
 
 def _params(dtype):
@@ -49,7 +44,7 @@ def _run(name, dtype, steps):
         grads = [torch.randn(s, generator=g).to(dtype) for s in SHAPES]
         for params in runs.values():
             for p, grad in zip(params, grads):
-                p.grad = grad.to(p.dtype)
+                p.grad = grad.to(p.dtype, copy=True)  # eager updates grads in place
         opts["eager"].step()
         opts["fp64"].step()
         step()

@@ -208,6 +208,8 @@ class GraphLowering:
         schema = getattr(node.target, "_schema", None)
         pure = schema is not None and not any(
             x.alias_info is not None for x in [*schema.arguments, *schema.returns])
+        if schema is not None and not pure:
+            self._realize_readers_of(_written_buffers(schema, args, kwargs), node)
 
         def conv(a):
             if pure and isinstance(a, Lazy) and a.realized is None and a.source is not None:
@@ -242,10 +244,37 @@ class GraphLowering:
         views = [StridedView.of(b) if b is not None else None for b in outs]
         return views if tree != "single" else views[0]
 
+    def _realize_readers_of(self, written: set[str], node: FxNode) -> None:
+        """Compute now every lazy value that reads a buffer ``node`` overwrites and that a later
+        node still reads: inlined after the write, it would read the new contents (the momentum
+        buffers of SGD's nesterov step, a clone of the gradients updated in place after it)."""
+        if not written:
+            return
+        for fx, value in self.env.items():
+            if not any(u is not node and u not in self.env for u in fx.users):
+                continue
+            for v in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(v, Lazy) and v.realized is None and written & ir.reads_of(
+                        v.fn(ir.index_vars("x", len(v.size)))):
+                    self.realize(v)
+
     def _output(self, v):
         if isinstance(v, Lazy):
             return self.realize(v)
         return v
+
+
+def _written_buffers(schema, args, kwargs) -> set[str]:
+    """Names of the buffers an op call writes in place (schema arguments marked ``a!``)."""
+    out = set()
+    for i, a in enumerate(schema.arguments):
+        if a.alias_info is None or not a.alias_info.is_write:
+            continue
+        v = args[i] if i < len(args) else kwargs.get(a.name)
+        for x in v if isinstance(v, (list, tuple)) else [v]:
+            if isinstance(x, StridedView):
+                out.add(x.buf.name)
+    return out
 
 
 def _written(node) -> str:
