@@ -13,6 +13,7 @@ generators that apply them:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from ember.core.compiler import ir
@@ -25,12 +26,8 @@ class Pass(NamedTuple):
     name: str
     applied_by: tuple[str, ...]  # the code generators that apply it
     what: str
+    rewrite: Callable  # (expr, loop_vars, memo, where=) -> expr
 
-
-PASSES = {p.name: p for p in [
-    Pass("divide_by_reciprocal", ("cpp",),
-         "a / d with d invariant in the loop -> a * (1 / d)"),
-]}
 
 # Prims whose result jumps on a one-bit change of a floating-point argument.
 _DISCONTINUOUS = frozenset({"floor", "ceil", "trunc", "round", "floordiv", "truncdiv", "fmod",
@@ -68,3 +65,18 @@ def divide_by_reciprocal(e: ir.Expr, loop_vars: set, memo: dict | None = None,
         log.debug("pass divide_by_reciprocal%s: %d division(s) by a loop invariant",
                   f" in {where}" if where else "", count)
     return out
+
+
+PASSES = {p.name: p for p in [
+    Pass("divide_by_reciprocal", ("cpp",),
+         "a / d with d invariant in the loop -> a * (1 / d)", divide_by_reciprocal),
+]}
+
+
+def apply(generator: str, e: ir.Expr, loop_vars: set, memo: dict, where: str = "") -> ir.Expr:
+    """``e`` after every pass that code generator ``generator`` applies, in ``PASSES`` order;
+    ``memo`` caches ``ir.invariant`` answers for ``loop_vars``."""
+    for p in PASSES.values():
+        if generator in p.applied_by:
+            e = p.rewrite(e, loop_vars, memo, where=where)
+    return e

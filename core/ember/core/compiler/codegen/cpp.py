@@ -550,7 +550,7 @@ def _hoist(body: _Body, items, rset: set) -> None:
 
     for it in items:
         if rset:
-            it.expr = passes.divide_by_reciprocal(it.expr, rset, memo, where=body.kernel)
+            it.expr = passes.apply("cpp", it.expr, rset, memo, where=body.kernel)
             visit(it.expr)
 
 

@@ -36,8 +36,8 @@ template <typename T> static inline T e_floordiv(T a, T b) {
   return (d - f > static_cast<T>(0.5)) ? f + 1 : f;
 }
 // float erf inline: a minimax rational x*P(x^2)/Q(x^2) on [-4, 4] (Eigen's published
-// coefficients), within 2.4e-7 of glibc and 2.4x faster than its vector erff (2-core AMD EPYC), so SIMD
-// loops (gelu and its backward) need no libmvec call; erf(+-4) rounds to +-1 in float.
+// coefficients), within 2.4e-7 of glibc and cheaper than a libmvec erff call, so SIMD loops
+// (gelu and its backward) need none; erf(+-4) rounds to +-1 in float.
 static inline double e_erf(double x) { return std::erf(x); }
 static inline float e_erf(float x) {
   float c = x < -4.f ? -4.f : (x > 4.f ? 4.f : x), z = c * c;

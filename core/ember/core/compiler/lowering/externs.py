@@ -79,8 +79,8 @@ def _onednn_linear(ctx: Ctx, a, b, bias) -> StridedView:
     """``a @ b (+ bias)`` with ``b`` a transposed [N, K] weight (nn.Linear) on float32 CPU
     tensors in an inference graph, through oneDNN's linear: 5-20% faster than MKL's sgemm
     on ``ember bench compile``'s "MLP 512-2048-512 [N]" ([256,512] @ [512,2048]: 2.8 vs
-    3.4-3.7 ms on a 2-core AMD EPYC). Training graphs keep MKL: with oneDNN the same bench's
-    "training step MLP+CE [N]" ran 12% slower. Anything else declines as well."""
+    3.4-3.7 ms in the run BENCHMARKS.md records). Training graphs keep MKL: with oneDNN the
+    same bench's "training step MLP+CE [N]" ran 12% slower. Anything else declines too."""
     if not ctx.graph.inference or ctx.graph.device != "cpu" or ctx.dtype != torch.float32 \
             or not _onednn_available():
         raise Decline
