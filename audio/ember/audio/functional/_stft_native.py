@@ -41,22 +41,17 @@ def _largest_prime(n: int) -> int:
     return max(best, n)
 
 
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+_SIGNATURES = {"ember_stft_power_project": [_P, _I, _P, _I, _P, _I, _P, _I, _I, _I, _I, _P,
+                                             _P, _P, _I, _I, _P, _I]}
+
+
 @functools.lru_cache(maxsize=1)
 def _library() -> ctypes.CDLL | None:
-    try:
-        from ember.core.compiler.runtime import build
-        lib = build.load_source(__package__, "_stft_native.cpp")
-    except Exception as e:  # no compiler, build failure: the torch-op path serves
-        _log.info("native STFT kernel unavailable (%s); using torch ops", e)
-        return None
-    fn = lib.ember_stft_power_project
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-                   ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-                   ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-                   ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                   ctypes.c_void_p, ctypes.c_int64]
-    return lib
+    from ember.core.compiler.runtime import build
+
+    return build.load_kernels(__package__, "_stft_native.cpp", _SIGNATURES,
+                              "native STFT kernel", _log)
 
 
 def available(n_fft: int, dtype: torch.dtype) -> bool:

@@ -32,17 +32,11 @@ _SIGNATURES = {
 
 @functools.lru_cache(maxsize=1)
 def _load() -> ctypes.CDLL | None:
-    try:
-        from ember.core.compiler.runtime import build
-        lib = build.load_source(__package__, "_roi_native.cpp")
-    except Exception as e:  # no compiler, build failure: the torch-op kernels serve
-        _log.info("native RoI kernels unavailable (%s); using torch ops", e)
-        return None
-    for name, args in _SIGNATURES.items():
-        for suffix in ("f32", "f64"):
-            fn = getattr(lib, f"ember_{name}_{suffix}")
-            fn.restype, fn.argtypes = ctypes.c_int, args
-    return lib
+    from ember.core.compiler.runtime import build
+
+    return build.load_kernels(__package__, "_roi_native.cpp", {
+        f"ember_{name}_{suffix}": args for name, args in _SIGNATURES.items()
+        for suffix in ("f32", "f64")}, "native RoI kernels", _log)
 
 
 def library() -> ctypes.CDLL | None:

@@ -164,6 +164,22 @@ def load_source(package: str, name: str, options: dict | None = None) -> ctypes.
     return _load(source, options, name, files)
 
 
+def load_kernels(package: str, name: str, signatures: dict[str, list], what: str,
+                 log) -> ctypes.CDLL | None:
+    """``load_source`` for a package's optional native kernels: each symbol of ``signatures``
+    gets its argument types and an int status result; None (logged on ``log`` at INFO, with
+    ``what`` naming the kernels) where the build fails and the caller's torch-op path serves."""
+    try:
+        lib = load_source(package, name)
+    except Exception as e:  # no compiler, a build failure, a missing file
+        log.info("%s unavailable (%s); using torch ops", what, e)
+        return None
+    for symbol, argtypes in signatures.items():
+        fn = getattr(lib, symbol)
+        fn.restype, fn.argtypes = ctypes.c_int, argtypes
+    return lib
+
+
 def _load(source: str, options: dict | None, name: str = "k.cpp",
           headers: dict[str, str] | None = None) -> ctypes.CDLL:
     cxx, version = compiler()
