@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ember.vision.models._registry import load_weights, register_model
+from ember.vision.ops import SqueezeExcitation
 
 
 def _divisible(v: float, divisor: int = 8) -> int:
@@ -27,22 +28,6 @@ class ConvNormAct(nn.Sequential):
         super().__init__(*layers)
 
 
-class SqueezeExcitation(nn.Module):
-    """Channel gating: pool, 1x1 reduce + ReLU, 1x1 expand + hard sigmoid."""
-
-    def __init__(self, channels: int, squeeze: int) -> None:
-        super().__init__()
-        self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self.fc1 = nn.Conv2d(channels, squeeze, 1)
-        self.fc2 = nn.Conv2d(squeeze, channels, 1)
-        self.activation = nn.ReLU()
-        self.scale_activation = nn.Hardsigmoid()
-
-    def forward(self, x):
-        s = self.scale_activation(self.fc2(self.activation(self.fc1(self.avgpool(x)))))
-        return x * s
-
-
 class InvertedResidual(nn.Module):
     """Expand 1x1 -> depthwise kxk -> (SE) -> project 1x1, residual when shapes allow."""
 
@@ -55,7 +40,8 @@ class InvertedResidual(nn.Module):
         layers.append(ConvNormAct(exp, exp, k, 1 if dilation > 1 else stride, groups=exp,
                                   act=act, dilation=dilation))
         if se:
-            layers.append(SqueezeExcitation(exp, _divisible(exp // 4)))
+            layers.append(SqueezeExcitation(exp, _divisible(exp // 4),
+                                            scale_activation=nn.Hardsigmoid))
         layers.append(ConvNormAct(exp, cout, 1, act=None))
         self.block = nn.Sequential(*layers)
 

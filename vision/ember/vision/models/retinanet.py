@@ -15,23 +15,13 @@ from torch import nn
 
 from ember.vision.models._registry import load_weights, register_model
 from ember.vision.models.resnet import Bottleneck, ResNet
-from ember.vision.ops import batched_nms, box_iou, clip_boxes_to_image, sigmoid_focal_loss
-
-
-class FrozenBatchNorm2d(nn.Module):
-    """BatchNorm with fixed statistics and affine terms (buffers, not parameters)."""
-
-    def __init__(self, n: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.eps = eps
-        for name, fill in (("weight", 1.0), ("bias", 0.0), ("running_mean", 0.0),
-                           ("running_var", 1.0)):
-            self.register_buffer(name, torch.full((n,), fill))
-
-    def forward(self, x):
-        scale = self.weight * (self.running_var + self.eps).rsqrt()
-        shift = self.bias - self.running_mean * scale
-        return x * scale.view(1, -1, 1, 1) + shift.view(1, -1, 1, 1)
+from ember.vision.ops import (
+    FrozenBatchNorm2d,
+    batched_nms,
+    box_iou,
+    clip_boxes_to_image,
+    sigmoid_focal_loss,
+)
 
 
 class ResNetBody(nn.Module):
