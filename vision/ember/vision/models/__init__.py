@@ -3,17 +3,57 @@
 ``get_model("resnet50", num_classes=10, weights="/path/state_dict.pt")``, ``list_models()``.
 """
 
-from ember.vision.models import mobilenetv3, resnet, retinanet, vision_transformer
+from ember.vision.models import (  # the alexnet builder, imported below, names its module
+    mobilenetv2,
+    mobilenetv3,
+    resnet,
+    retinanet,
+    squeezenet,
+    vgg,
+    vision_transformer,
+)
 from ember.vision.models._registry import get_model, list_models, load_weights, register_model
+from ember.vision.models.alexnet import AlexNet, alexnet
+from ember.vision.models.mobilenetv2 import MobileNetV2, mobilenet_v2
 from ember.vision.models.mobilenetv3 import MobileNetV3, mobilenet_v3_large, mobilenet_v3_small
-from ember.vision.models.resnet import ResNet, resnet18, resnet34, resnet50
+from ember.vision.models.resnet import (
+    ResNet,
+    resnet18,
+    resnet34,
+    resnet50,
+    resnet101,
+    resnet152,
+    resnext50_32x4d,
+    resnext101_32x8d,
+    resnext101_64x4d,
+    wide_resnet50_2,
+    wide_resnet101_2,
+)
 from ember.vision.models.retinanet import RetinaNet, retinanet_resnet50_fpn
+from ember.vision.models.squeezenet import SqueezeNet, squeezenet1_0, squeezenet1_1
+from ember.vision.models.vgg import (
+    VGG,
+    vgg11,
+    vgg11_bn,
+    vgg13,
+    vgg13_bn,
+    vgg16,
+    vgg16_bn,
+    vgg19,
+    vgg19_bn,
+)
 from ember.vision.models.vision_transformer import VisionTransformer, vit_b_16
 
 __all__ = [
     "get_model", "list_models", "load_weights", "register_model",
-    "ResNet", "resnet18", "resnet34", "resnet50",
+    "ResNet", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
+    "resnext50_32x4d", "resnext101_32x8d", "resnext101_64x4d",
+    "wide_resnet50_2", "wide_resnet101_2",
+    "MobileNetV2", "mobilenet_v2",
     "MobileNetV3", "mobilenet_v3_large", "mobilenet_v3_small",
+    "VGG", "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn",
+    "AlexNet", "alexnet", "SqueezeNet", "squeezenet1_0", "squeezenet1_1",
     "VisionTransformer", "vit_b_16", "RetinaNet", "retinanet_resnet50_fpn",
-    "mobilenetv3", "resnet", "retinanet", "vision_transformer",
+    "mobilenetv2", "mobilenetv3", "resnet", "retinanet", "squeezenet", "vgg",
+    "vision_transformer",
 ]

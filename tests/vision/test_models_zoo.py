@@ -1,0 +1,72 @@
+"""The classification zoo of issue #20: every builder's parameter count equals torchvision's
+published ``num_params``, its forward runs (on the meta device for all, on real tensors for
+the smallest of each family), and a few small ones compile under ember.core.compile."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ember.core
+from ember.vision import models
+
+# torchvision's published parameter counts (weights' meta "num_params", 1000 classes)
+PUBLISHED = {
+    "resnet101": 44_549_160, "resnet152": 60_192_808, "resnext50_32x4d": 25_028_904,
+    "resnext101_32x8d": 88_791_336, "resnext101_64x4d": 83_455_272,
+    "wide_resnet50_2": 68_883_240, "wide_resnet101_2": 126_886_696,
+    "mobilenet_v2": 3_504_872, "alexnet": 61_100_840,
+    "squeezenet1_0": 1_248_424, "squeezenet1_1": 1_235_496,
+    "vgg11": 132_863_336, "vgg11_bn": 132_868_840, "vgg13": 133_047_848,
+    "vgg13_bn": 133_053_736, "vgg16": 138_357_544, "vgg16_bn": 138_365_992,
+    "vgg19": 143_667_240, "vgg19_bn": 143_678_248,
+}
+
+# smallest input side each family accepts (meta forward), and the real-forward subset
+SIDE = {"alexnet": 64, "squeezenet": 64}
+REAL_FORWARD = ["resnext50_32x4d", "mobilenet_v2", "squeezenet1_1", "alexnet"]
+
+
+def n_params(m):
+    return sum(p.numel() for p in m.parameters())
+
+
+def side(name):
+    return next((s for k, s in SIDE.items() if name.startswith(k)), 32)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_count_and_meta_forward(name):
+    with torch.device("meta"):
+        m = models.get_model(name).eval()
+        assert n_params(m) == PUBLISHED[name]
+        assert m(torch.empty(2, 3, side(name), side(name))).shape == (2, 1000)
+
+
+@pytest.mark.parametrize("name", REAL_FORWARD)
+def test_forward_small_input(name):
+    torch.manual_seed(0)
+    m = models.get_model(name, num_classes=5).eval()
+    x = torch.rand(2, 3, 64, 64)
+    with torch.no_grad():
+        out = m(x)
+        single = m(x[1:])
+    assert out.shape == (2, 5) and torch.isfinite(out).all()
+    torch.testing.assert_close(out[1:], single, rtol=1e-4, atol=1e-5)
+
+
+def test_builders_are_registered_and_exported():
+    assert set(PUBLISHED) <= set(models.list_models())
+    for name in PUBLISHED:
+        assert callable(getattr(models, name)) and name in models.__all__
+    with pytest.raises(ValueError, match="groups"):
+        models.resnext50_32x4d(groups=8)   # a builder's defining setting cannot change
+
+
+@pytest.mark.parametrize("name", ["squeezenet1_1"])
+def test_compiled_matches_eager(name):
+    torch.manual_seed(0)
+    m = models.get_model(name, num_classes=4).eval()
+    x = torch.rand(1, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(ember.core.compile(m)(x), m(x), rtol=1e-4, atol=1e-5)
