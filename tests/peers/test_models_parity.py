@@ -25,6 +25,12 @@ CASES = {
     "mobilenet_v2": 64, "alexnet": 64, "squeezenet1_0": 64, "squeezenet1_1": 64,
     **{f"vgg{d}{bn}": None for d in (11, 13, 16, 19) for bn in ("", "_bn")},
     "vgg11_bn": 32,   # one VGG forward (vgg*: 133-144M parameters, mostly the classifier)
+    "densenet121": 32, "densenet161": None, "densenet169": None, "densenet201": None,
+    "shufflenet_v2_x0_5": 64, "shufflenet_v2_x1_0": 64, "shufflenet_v2_x1_5": None,
+    "shufflenet_v2_x2_0": 64,
+    **{f"efficientnet_b{i}": None for i in range(8)}, "efficientnet_b0": 64,
+    "efficientnet_b5": 32,   # B5-B7 use BatchNorm eps 1e-3 (seen only in the outputs)
+    "efficientnet_v2_s": 32, "efficientnet_v2_m": None, "efficientnet_v2_l": None,
 }
 
 

@@ -20,11 +20,21 @@ PUBLISHED = {
     "vgg11": 132_863_336, "vgg11_bn": 132_868_840, "vgg13": 133_047_848,
     "vgg13_bn": 133_053_736, "vgg16": 138_357_544, "vgg16_bn": 138_365_992,
     "vgg19": 143_667_240, "vgg19_bn": 143_678_248,
+    "densenet121": 7_978_856, "densenet161": 28_681_000, "densenet169": 14_149_480,
+    "densenet201": 20_013_928,
+    "shufflenet_v2_x0_5": 1_366_792, "shufflenet_v2_x1_0": 2_278_604,
+    "shufflenet_v2_x1_5": 3_503_624, "shufflenet_v2_x2_0": 7_393_996,
+    "efficientnet_b0": 5_288_548, "efficientnet_b1": 7_794_184, "efficientnet_b2": 9_109_994,
+    "efficientnet_b3": 12_233_232, "efficientnet_b4": 19_341_616,
+    "efficientnet_b5": 30_389_784, "efficientnet_b6": 43_040_704,
+    "efficientnet_b7": 66_347_960, "efficientnet_v2_s": 21_458_488,
+    "efficientnet_v2_m": 54_139_356, "efficientnet_v2_l": 118_515_272,
 }
 
 # smallest input side each family accepts (meta forward), and the real-forward subset
 SIDE = {"alexnet": 64, "squeezenet": 64}
-REAL_FORWARD = ["resnext50_32x4d", "mobilenet_v2", "squeezenet1_1", "alexnet"]
+REAL_FORWARD = ["resnext50_32x4d", "mobilenet_v2", "squeezenet1_1", "alexnet", "densenet121",
+                "shufflenet_v2_x0_5", "efficientnet_b0"]
 
 
 def n_params(m):

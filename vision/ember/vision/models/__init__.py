@@ -3,17 +3,42 @@
 ``get_model("resnet50", num_classes=10, weights="/path/state_dict.pt")``, ``list_models()``.
 """
 
-from ember.vision.models import (  # the alexnet builder, imported below, names its module
+# the modules; alexnet's builder (imported below) takes its module's name, as in torchvision
+from ember.vision.models import (
+    densenet,
+    efficientnet,
     mobilenetv2,
     mobilenetv3,
     resnet,
     retinanet,
+    shufflenetv2,
     squeezenet,
     vgg,
     vision_transformer,
 )
 from ember.vision.models._registry import get_model, list_models, load_weights, register_model
 from ember.vision.models.alexnet import AlexNet, alexnet
+from ember.vision.models.densenet import (
+    DenseNet,
+    densenet121,
+    densenet161,
+    densenet169,
+    densenet201,
+)
+from ember.vision.models.efficientnet import (
+    EfficientNet,
+    efficientnet_b0,
+    efficientnet_b1,
+    efficientnet_b2,
+    efficientnet_b3,
+    efficientnet_b4,
+    efficientnet_b5,
+    efficientnet_b6,
+    efficientnet_b7,
+    efficientnet_v2_l,
+    efficientnet_v2_m,
+    efficientnet_v2_s,
+)
 from ember.vision.models.mobilenetv2 import MobileNetV2, mobilenet_v2
 from ember.vision.models.mobilenetv3 import MobileNetV3, mobilenet_v3_large, mobilenet_v3_small
 from ember.vision.models.resnet import (
@@ -30,6 +55,13 @@ from ember.vision.models.resnet import (
     wide_resnet101_2,
 )
 from ember.vision.models.retinanet import RetinaNet, retinanet_resnet50_fpn
+from ember.vision.models.shufflenetv2 import (
+    ShuffleNetV2,
+    shufflenet_v2_x0_5,
+    shufflenet_v2_x1_0,
+    shufflenet_v2_x1_5,
+    shufflenet_v2_x2_0,
+)
 from ember.vision.models.squeezenet import SqueezeNet, squeezenet1_0, squeezenet1_1
 from ember.vision.models.vgg import (
     VGG,
@@ -46,14 +78,21 @@ from ember.vision.models.vision_transformer import VisionTransformer, vit_b_16
 
 __all__ = [
     "get_model", "list_models", "load_weights", "register_model",
-    "ResNet", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
-    "resnext50_32x4d", "resnext101_32x8d", "resnext101_64x4d",
-    "wide_resnet50_2", "wide_resnet101_2",
+    "AlexNet", "alexnet",
+    "DenseNet", "densenet121", "densenet161", "densenet169", "densenet201",
+    "EfficientNet", "efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3",
+    "efficientnet_b4", "efficientnet_b5", "efficientnet_b6", "efficientnet_b7",
+    "efficientnet_v2_s", "efficientnet_v2_m", "efficientnet_v2_l",
     "MobileNetV2", "mobilenet_v2",
     "MobileNetV3", "mobilenet_v3_large", "mobilenet_v3_small",
+    "ResNet", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d",
+    "resnext101_32x8d", "resnext101_64x4d", "wide_resnet50_2", "wide_resnet101_2",
+    "RetinaNet", "retinanet_resnet50_fpn",
+    "ShuffleNetV2", "shufflenet_v2_x0_5", "shufflenet_v2_x1_0", "shufflenet_v2_x1_5",
+    "shufflenet_v2_x2_0",
+    "SqueezeNet", "squeezenet1_0", "squeezenet1_1",
     "VGG", "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn",
-    "AlexNet", "alexnet", "SqueezeNet", "squeezenet1_0", "squeezenet1_1",
-    "VisionTransformer", "vit_b_16", "RetinaNet", "retinanet_resnet50_fpn",
-    "mobilenetv2", "mobilenetv3", "resnet", "retinanet", "squeezenet", "vgg",
-    "vision_transformer",
+    "VisionTransformer", "vit_b_16",
+    "densenet", "efficientnet", "mobilenetv2", "mobilenetv3", "resnet", "retinanet",
+    "shufflenetv2", "squeezenet", "vgg", "vision_transformer",
 ]
