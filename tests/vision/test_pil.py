@@ -2,7 +2,7 @@
 
 Output sizes and modes are those torchvision 0.29 gives for the same calls; pixel values are
 those of our tensor path on the same pixels (docs/vision.md: PIL goes through the tensor
-kernels)."""
+kernels), except resize, which is Pillow's own as in torchvision."""
 
 import numpy as np
 import PIL.Image
@@ -40,8 +40,8 @@ def test_pil_in_pil_out_with_torchvision_sizes(mode, make, size):
 
 
 @pytest.mark.parametrize("make", [
-    lambda: T.Resize(20), lambda: T.CenterCrop(60), lambda: T.Pad(3),
-    lambda: T.RandomHorizontalFlip(1.0), lambda: T.RandomRotation((30, 30)),
+    lambda: T.CenterCrop(60), lambda: T.Pad(3), lambda: T.RandomHorizontalFlip(1.0),
+    lambda: T.RandomRotation((30, 30)),
     lambda: T.GaussianBlur(3), lambda: T.ColorJitter(0.5, 0.5, 0.5, 0.1),
     lambda: T.RandomPerspective(p=1.0), lambda: T.RandomErasing(1.0),
 ])
@@ -53,6 +53,34 @@ def test_pil_pixels_are_the_tensor_path(make):
     torch.manual_seed(3)
     ref = t(_arr(im))
     assert torch.equal(_arr(out), ref)
+
+
+@pytest.mark.parametrize("mode", ["L", "RGB", "RGBA", "LA"])
+@pytest.mark.parametrize("interp", ["NEAREST", "BILINEAR", "BICUBIC", "BOX", "LANCZOS"])
+def test_pil_resize_is_pillows(mode, interp):
+    # RGBA and LA: Pillow resamples with premultiplied alpha (its own pass order too)
+    im = _pil(mode)
+    a = np.asarray(im).copy()
+    if mode in ("RGBA", "LA"):
+        a[..., -1] = np.random.default_rng(1).choice([0, 40, 128, 255], a.shape[:2])
+        im = PIL.Image.fromarray(a, mode)
+    m = getattr(T.InterpolationMode, interp)
+    want = im.resize((200, 13), getattr(PIL.Image.Resampling, interp))
+    assert np.array_equal(np.asarray(F.resize(im, [13, 200], m)), np.asarray(want))
+    assert np.array_equal(np.asarray(T.Resize([13, 200], m)(im)), np.asarray(want))
+    torch.manual_seed(0)
+    out = T.RandomResizedCrop(24, interpolation=m)(im)
+    torch.manual_seed(0)
+    p = T.RandomResizedCrop(24).make_params([_arr(im)])
+    top, left, h, w = p["top"], p["left"], p["height"], p["width"]
+    want = im.crop((left, top, left + w, top + h)).resize(
+        (24, 24), getattr(PIL.Image.Resampling, interp))
+    assert out.mode == mode and np.array_equal(np.asarray(out), np.asarray(want))
+
+
+def test_pil_resize_antialias_false_warns():
+    with pytest.warns(UserWarning, match="antialias"):
+        F.resize(_pil(), 20, antialias=False)
 
 
 def test_grayscale_changes_the_mode_and_functionals_take_pil():

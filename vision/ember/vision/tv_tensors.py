@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 __all__ = ["TVTensor", "Image", "Video", "Mask", "BoundingBoxes", "BoundingBoxFormat", "wrap",
-           "unwrap", "set_return_type", "KeyPoints"]
+           "unwrap", "set_return_type", "KeyPoints", "is_rotated_bounding_format"]
 
 # Ops whose result keeps the subclass (and its metadata): they copy or move, never reinterpret.
 _KEEP_TYPE = {
@@ -164,6 +164,19 @@ class BoundingBoxFormat(enum.Enum):
     XYXY = "XYXY"
     XYWH = "XYWH"
     CXCYWH = "CXCYWH"
+
+
+def is_rotated_bounding_format(format: BoundingBoxFormat | str) -> bool:
+    """Whether ``format`` names a rotated box layout (XYWHR, CXCYWHR, XYXYXYXY); ours has
+    none, so only those names as strings give True."""
+    if isinstance(format, BoundingBoxFormat):
+        return format.name in _ROTATED_FORMATS
+    if isinstance(format, str):
+        return format in _ROTATED_FORMATS
+    raise ValueError(f"format must be a str or a BoundingBoxFormat, got {type(format)}")
+
+
+_ROTATED_FORMATS = ("XYWHR", "CXCYWHR", "XYXYXYXY")
 
 
 def _as_format(fmt: BoundingBoxFormat | str) -> BoundingBoxFormat:

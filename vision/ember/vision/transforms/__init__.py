@@ -7,6 +7,7 @@ independent parameters for every image of a batch (dim 0), vectorised on the bat
 
 from ember.vision.transforms import functional
 from ember.vision.transforms._augment import (
+    AugMix,
     AutoAugment,
     AutoAugmentPolicy,
     CutMix,
@@ -63,6 +64,7 @@ from ember.vision.transforms._misc import (
     Normalize,
     RandomErasing,
     SanitizeBoundingBoxes,
+    SanitizeKeyPoints,
     SetClampingMode,
     ToDtype,
     UniformTemporalSubsample,
@@ -74,6 +76,15 @@ from ember.vision.transforms._type_conversion import (
     ToPILImage,
     ToPureTensor,
     ToTensor,
+)
+from ember.vision.transforms._utils import (
+    check_type,
+    get_bounding_boxes,
+    get_keypoints,
+    has_all,
+    has_any,
+    query_chw,
+    query_size,
 )
 from ember.vision.transforms.functional import InterpolationMode
 
@@ -92,4 +103,8 @@ __all__ = [
     "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "RandomChannelPermutation",
     "RandomPhotometricDistort", "GaussianNoise", "JPEG", "RGB", "Identity", "Lambda",
     "LinearTransformation", "UniformTemporalSubsample", "ConvertImageDtype", "ToTensor",
+    "AugMix", "SanitizeKeyPoints",
+    # torchvision's sample helpers (for writing transforms)
+    "check_type", "get_bounding_boxes", "get_keypoints", "has_all", "has_any", "query_chw",
+    "query_size",
 ]

@@ -222,12 +222,13 @@ class _AutoAugmentBase(Transform):
         sample = inputs if len(inputs) > 1 else inputs[0]
         leaves, spec = tree_flatten(sample)
         chosen = transformed_leaves(leaves)
+        unsupported = (tv_tensors.BoundingBoxes, tv_tensors.Mask, tv_tensors.KeyPoints)
+        if any(isinstance(x, unsupported) for x in leaves):
+            raise TypeError(f"{type(self).__name__} does not support boxes, masks or keypoints")
         idx = [i for i, (x, c) in enumerate(zip(leaves, chosen)) if c and is_image_like(x)]
-        if len(idx) != 1:
-            raise ValueError(f"{type(self).__name__} needs exactly one image or video in the "
-                             f"sample, found {len(idx)}")
-        if any(isinstance(x, (tv_tensors.BoundingBoxes, tv_tensors.Mask)) for x in leaves):
-            raise TypeError(f"{type(self).__name__} does not support boxes or masks")
+        if len(idx) != 1:  # TypeError, as torchvision's
+            raise TypeError(f"{type(self).__name__} needs exactly one image or video in the "
+                            f"sample, found {len(idx)}")
         img = leaves[idx[0]]
         h, w = img.shape[-2:]
         out = list(leaves)
@@ -410,3 +411,100 @@ class TrivialAugmentWide(_AutoAugmentBase):
         name = names[int(torch.randint(len(names), ()))]
         mags, signed = spaces[name]
         return [(name, _signed(mags, signed, int(torch.randint(self.num_magnitude_bins, ()))))]
+
+
+def _augmix_space(h: int, w: int, all_ops: bool) -> dict[str, tuple[torch.Tensor | None, bool]]:
+    """AugMix's ops in torchvision's order: op -> (magnitudes of its 10 bins or None, signed)."""
+    lin = lambda a, b: torch.linspace(a, b, 10)
+    space = {
+        "ShearX": (lin(0.0, 0.3), True),
+        "ShearY": (lin(0.0, 0.3), True),
+        "TranslateX": (lin(0.0, w / 3.0), True),
+        "TranslateY": (lin(0.0, h / 3.0), True),
+        "Rotate": (lin(0.0, 30.0), True),
+        "Posterize": ((4 - (torch.arange(10) / ((10 - 1) / 4))).round().int(), False),
+        "Solarize": (lin(1.0, 0.0), False),
+        "AutoContrast": (None, False),
+        "Equalize": (None, False),
+    }
+    if all_ops:
+        for name in ("Brightness", "Color", "Contrast", "Sharpness"):
+            space[name] = (lin(0.0, 0.9), True)
+    return space
+
+
+class AugMix(_AutoAugmentBase):
+    """AugMix: a Dirichlet-weighted mix of ``mixture_width`` random op chains, blended with
+    the image by a Beta(alpha, alpha) weight (draws in torchvision's order)."""
+
+    _PARAMETER_MAX = 10
+
+    def __init__(self, severity: int = 3, mixture_width: int = 3, chain_depth: int = -1,
+                 alpha: float = 1.0, all_ops: bool = True,
+                 interpolation=InterpolationMode.BILINEAR, fill=None,
+                 per_sample: bool = False) -> None:
+        super().__init__(interpolation, fill, per_sample)
+        if not isinstance(severity, int) or not 1 <= severity <= self._PARAMETER_MAX:
+            raise ValueError(f"The severity must be between [1, {self._PARAMETER_MAX}]. "
+                             f"Got {severity} instead.")
+        if not isinstance(mixture_width, int) or mixture_width < 1:
+            raise ValueError(f"mixture_width must be a positive int, got {mixture_width!r}")
+        if not isinstance(chain_depth, int):
+            raise ValueError(f"chain_depth must be an int, got {chain_depth!r}")
+        if not isinstance(alpha, (int, float)) or not alpha > 0:
+            raise ValueError(f"alpha must be a positive number, got {alpha!r}")
+        self.severity, self.mixture_width, self.chain_depth = severity, mixture_width, chain_depth
+        self.alpha, self.all_ops = float(alpha), bool(all_ops)
+
+    def _sample_dirichlet(self, params: torch.Tensor) -> torch.Tensor:
+        """One Dirichlet draw per row of ``params`` (a method, so tests can replace it)."""
+        return torch._sample_dirichlet(params)
+
+    def chain(self, h: int, w: int) -> list[tuple[str, float]]:
+        """One augmentation chain: its ops and signed magnitudes."""
+        space = _augmix_space(h, w, self.all_ops)
+        names = list(space)
+        depth = self.chain_depth if self.chain_depth > 0 else int(torch.randint(1, 4, (1,)))
+        ops = []
+        for _ in range(depth):
+            name = names[int(torch.randint(len(names), ()))]
+            mags, signed = space[name]
+            mag = 0.0
+            if mags is not None:
+                mag = float(mags[int(torch.randint(self.severity, ()))])
+                if signed and float(torch.rand(())) <= 0.5:
+                    mag = -mag
+            ops.append((name, mag))
+        return ops
+
+    def _mix(self, x: torch.Tensor, video: bool, h: int, w: int) -> torch.Tensor:
+        dims = list(x.shape)
+        need = 5 if video else 4
+        batch = x.reshape([1] * max(need - x.ndim, 0) + dims)
+        n = batch.shape[0]
+        bshape = [n] + [1] * (batch.ndim - 1)
+        alpha = torch.tensor([self.alpha, self.alpha], device=batch.device)
+        m = self._sample_dirichlet(alpha.expand(n, -1))
+        weights = self._sample_dirichlet(
+            torch.tensor([self.alpha] * self.mixture_width, device=batch.device).expand(n, -1)
+        ) * m[:, 1].reshape(n, -1)
+        mix = m[:, 0].reshape(bshape) * batch
+        for i in range(self.mixture_width):
+            aug = batch
+            for name, mag in self.chain(h, w):
+                aug = _apply_op(aug, name, mag, self.interpolation, self.fill)
+            mix.add_(weights[:, i].reshape(bshape) * aug)
+        return mix.reshape(dims).to(x.dtype)
+
+    def augment(self, img, h: int, w: int):
+        video = isinstance(img, tv_tensors.Video)
+        x = plain(img)
+        if not self.per_sample:
+            out = self._mix(x, video, h, w)
+        else:
+            if x.ndim < (5 if video else 4):
+                raise ValueError(f"per_sample=True needs a batched input (dim 0 = batch), got "
+                                 f"shape {tuple(x.shape)}")
+            out = torch.stack([self._mix(x[i], video and x.ndim > 4, h, w)
+                               for i in range(x.shape[0])])
+        return tv_tensors.wrap(out, like=img) if isinstance(img, tv_tensors.TVTensor) else out

@@ -206,7 +206,7 @@ def _label_key(d: dict):
     return exact if exact is not None else next((k for k in keys if "label" in k.lower()), None)
 
 
-def _default_labels(sample: Any):
+def _default_labels(sample: Any, who: str = "SanitizeBoundingBoxes"):
     """torchvision's heuristic: the sample (or the second item of a pair) is a dict with a
     label-like key, or the second item of a pair is the labels tensor itself."""
     inner = sample[1] if isinstance(sample, (tuple, list)) and len(sample) >= 2 else sample
@@ -216,7 +216,7 @@ def _default_labels(sample: Any):
         key = _label_key(inner)
         if key is not None:
             return inner[key]
-    raise ValueError("SanitizeBoundingBoxes found no labels in the sample (a dict key 'labels' "
+    raise ValueError(f"{who} found no labels in the sample (a dict key 'labels' "
                      "or one containing 'label'); pass labels_getter=None or a callable "
                      "returning the labels")
 
@@ -264,6 +264,51 @@ class SanitizeBoundingBoxes(Transform):
                            tv_tensors.wrap(tv_tensors.unwrap(x)[valid.to(x.device)], like=x))
             else:
                 out.append(x)
+        return tree_unflatten(out, spec)
+
+
+class SanitizeKeyPoints(Transform):
+    """Drop keypoints (or whole groups of them) that lie off their canvas, and the labels
+    that go with them (``labels_getter``: None by default, 'default' or a callable)."""
+
+    pil = "pass"
+
+    def __init__(self, labels_getter: Callable | str | None = None) -> None:
+        super().__init__()
+        if not (labels_getter is None or labels_getter == "default" or callable(labels_getter)):
+            raise ValueError(f"labels_getter must be 'default', None or a callable, "
+                             f"got {labels_getter!r}")
+        self.labels_getter = labels_getter
+
+    def forward(self, *inputs):
+        sample = inputs if len(inputs) > 1 else inputs[0]
+        labels: tuple = ()
+        if self.labels_getter is not None:
+            getter = (self.labels_getter if callable(self.labels_getter)
+                      else lambda s: _default_labels(s, "SanitizeKeyPoints"))
+            got = getter(sample)
+            if got is not None:
+                labels = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+                bad = [type(x).__name__ for x in labels if not isinstance(x, torch.Tensor)]
+                if bad or not isinstance(got, (torch.Tensor, tuple, list)):
+                    raise ValueError(f"the labels must be a tensor or a tuple/list of tensors, "
+                                     f"got {bad or type(got).__name__}")
+        leaves, spec = tree_flatten(sample)
+        points = next((x for x in leaves if isinstance(x, tv_tensors.KeyPoints)), None)
+        if points is None:
+            raise ValueError("SanitizeKeyPoints found no tv_tensors.KeyPoints in the sample")
+        for lab in labels:
+            if lab.shape[0] != points.shape[0]:
+                raise ValueError(f"the labels (shape {tuple(lab.shape)}) must have one entry "
+                                 f"per keypoint group (shape {tuple(points.shape)})")
+        valid = F._keypoints.sanitize_keypoints_mask(plain(points), points.canvas_size)
+        out = []
+        for x in leaves:
+            if isinstance(x, tv_tensors.KeyPoints):
+                x = tv_tensors.wrap(plain(x)[valid.to(x.device)], like=x)
+            elif any(x is lab for lab in labels):
+                x = x[valid.to(x.device)]
+            out.append(x)
         return tree_unflatten(out, spec)
 
 

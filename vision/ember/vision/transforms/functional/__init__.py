@@ -52,7 +52,11 @@ from ember.vision.transforms.functional._geometry import (
     vertical_flip,
 )
 from ember.vision.transforms.functional._kernels import KERNELS
-from ember.vision.transforms.functional._keypoints import KEYPOINT_KERNELS, clamp_keypoints
+from ember.vision.transforms.functional._keypoints import (
+    KEYPOINT_KERNELS,
+    clamp_keypoints,
+    sanitize_keypoints,
+)
 from ember.vision.transforms.functional._meta import (
     get_dimensions,
     get_image_num_channels,
@@ -94,6 +98,7 @@ __all__ = [
     "get_image_num_channels", "get_num_frames", "is_pure_tensor", "ten_crop", "elastic",
     "elastic_transform", "jpeg", "gaussian_noise", "grayscale_to_rgb", "permute_channels",
     "uniform_temporal_subsample", "sanitize_bounding_boxes", "convert_image_dtype", "to_tensor",
+    "sanitize_keypoints",
 ]
 
 # torchvision's per-type kernels: resize_image, resize_mask, resize_bounding_boxes, ...

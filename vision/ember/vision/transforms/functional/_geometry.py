@@ -7,6 +7,7 @@ Scalar parameters act on every image; 1-d tensor parameters of length N (``top``
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 
 import PIL.Image
@@ -22,6 +23,12 @@ from ember.vision.transforms.functional._registry import (
     register_image,
     register_mask,
     register_raw,
+)
+from ember.vision.transforms.functional._type_conversion import (
+    PILImage,
+    check_pil_mode,
+    image_as_pil,
+    pil_to_tensor,
 )
 from ember.vision.transforms.functional._utils import (
     InterpolationMode,
@@ -211,50 +218,54 @@ def resize(inpt, size, interpolation=InterpolationMode.BILINEAR, max_size=None, 
     """Resize to ``size`` ([h, w], or the shorter edge); antialiased bilinear by default."""
 
 
+# Pillow's resampling filter numbers, as torchvision maps the modes for PIL images
+_PIL_FILTER = {InterpolationMode.NEAREST: 0, InterpolationMode.NEAREST_EXACT: 0,
+               InterpolationMode.BILINEAR: 2, InterpolationMode.BICUBIC: 3,
+               InterpolationMode.BOX: 4, InterpolationMode.HAMMING: 5,
+               InterpolationMode.LANCZOS: 1}
+
+
 def _resize_pil(pic, size, interpolation=InterpolationMode.BILINEAR, max_size=None,
                 antialias=True):
-    """PIL images: the tensor kernel, except BOX, HAMMING (PIL-only in torchvision) and
-    LANCZOS, which take Pillow's separable filters on the pixels, antialiased as Pillow's."""
-    from ember.vision.transforms.functional._type_conversion import image_as_pil, pil_as_image
-
+    """PIL images: Pillow's own resize, as torchvision's (its filters, its pass order, RGBA
+    and LA resampled with premultiplied alpha); Pillow always antialiases."""
+    check_pil_mode(pic, "resize")
     mode = as_interpolation(interpolation)
-    img = pil_as_image(pic, "resize")
-    if mode not in _PIL_DENSE:
-        return image_as_pil(_resize_image(img, size, mode, max_size, antialias))
-    h, w = img.shape[-2:]
-    oh, ow = output_size(h, w, size, max_size)
-    if (oh, ow) == (h, w):
+    if antialias is False:
+        warnings.warn("antialias=False is ignored for PIL images: Pillow always antialiases "
+                      "(as in torchvision)", UserWarning, stacklevel=2)
+    oh, ow = output_size(pic.height, pic.width, size, max_size)
+    if (oh, ow) == (pic.height, pic.width):
         return pic.copy()
-    out = _pillow_resample(tv_tensors.unwrap(img), oh, ow, mode)
-    return image_as_pil(tv_tensors.wrap(out, like=img))
+    return pic.resize((ow, oh), resample=_PIL_FILTER[mode])
 
 
-def _pillow_resample(img: torch.Tensor, oh: int, ow: int, mode: InterpolationMode):
-    """Pillow's two-pass resize of a [C, H, W] image; 8-bit images use its 22-bit
-    fixed-point coefficients and rounding, so the pixels are Pillow's."""
-    h, w = img.shape[-2:]
-    zero = torch.zeros(1)
-    wy = _resample_weights(h, zero, torch.full((1,), float(h)), oh, mode, True, "cpu")[0]
-    wx = _resample_weights(w, zero, torch.full((1,), float(w)), ow, mode, True, "cpu")[0]
-    if img.dtype != torch.uint8:
-        x = img.to(torch.float64)
-        out = wy.double() @ (x @ wx.double().T)
-        return out.to(img.dtype) if img.dtype.is_floating_point else from_float(out, img.dtype)
-    one = float(1 << 22)
+def _resize_pil_image(img, size, interpolation=InterpolationMode.BILINEAR, max_size=None,
+                      antialias=True):
+    """Images from PIL inside a transform (``PILImage``): resized by Pillow, as the PIL image
+    itself would be (other shapes and dtypes: the tensor kernel)."""
+    raw = tv_tensors.unwrap(img)
+    if raw.ndim != 3 or raw.dtype not in (torch.uint8, torch.uint16, torch.int32,
+                                          torch.float32):
+        return tv_tensors.wrap(_resize_image(raw, size, interpolation, max_size, antialias),
+                               like=img)
+    out = _resize_pil(image_as_pil(img), size, interpolation, max_size, antialias)
+    return tv_tensors.wrap(pil_to_tensor(out), like=img)
 
-    def fixed(wts):  # round half away from zero, as Pillow's normalize_coeffs
-        v = wts.double() * one
-        return torch.where(v < 0, v - 0.5, v + 0.5).trunc()
 
-    def rows(x, wts):  # integer sums of 22-bit products, then Pillow's rounding shift
-        acc = x @ fixed(wts).T
-        return ((acc + one / 2) / one).floor().clamp(0, 255)
-
-    tmp = rows(img.to(torch.float64), wx)
-    return rows(tmp.transpose(-1, -2), wy).transpose(-1, -2).to(torch.uint8)
+def _resized_crop_pil_image(img, top, left, height, width, size,
+                            interpolation=InterpolationMode.BILINEAR, antialias=True):
+    """Images from PIL: crop, then resize by Pillow (``_resize_pil_image``)."""
+    if is_batched_param(top, left, height, width):
+        return _resized_crop_image(img, top, left, height, width, size, interpolation,
+                                   antialias)
+    cropped = _crop_any(tv_tensors.unwrap(img), int(top), int(left), int(height), int(width))
+    return _resize_pil_image(tv_tensors.wrap(cropped, like=img), size, interpolation,
+                             antialias=antialias)
 
 
 register_image(resize, _resize_image)
+register_raw(resize, PILImage, _resize_pil_image)
 register_raw(resize, PIL.Image.Image, _resize_pil)
 register_mask(resize, _resize_mask)
 register_boxes(resize, in_xyxy(_resize_boxes))
@@ -390,7 +401,6 @@ _FILTERS = {InterpolationMode.BILINEAR: (_filter_bilinear, 1.0),
             InterpolationMode.HAMMING: (_filter_hamming, 1.0),
             InterpolationMode.LANCZOS: (_filter_lanczos, 3.0)}
 _PIL_ONLY = (InterpolationMode.BOX, InterpolationMode.HAMMING)
-_PIL_DENSE = _PIL_ONLY + (InterpolationMode.LANCZOS,)
 
 
 def _resample_weights(n_in: int, start, length, n_out: int, mode, antialias: bool, device):
@@ -531,6 +541,7 @@ def resized_crop(inpt, top, left, height, width, size, interpolation=Interpolati
 
 
 register_image(resized_crop, _resized_crop_image)
+register_raw(resized_crop, PILImage, _resized_crop_pil_image)
 register_mask(resized_crop, _resized_crop_mask)
 register_boxes(resized_crop, in_xyxy(_resized_crop_boxes, clamps=True))
 

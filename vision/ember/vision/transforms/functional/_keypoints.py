@@ -203,3 +203,29 @@ KEYPOINT_KERNELS = {f.__name__: f for f in (
     pad_keypoints, resize_keypoints, resized_crop_keypoints, affine_keypoints,
     rotate_keypoints, perspective_keypoints, elastic_keypoints, get_size_keypoints,
 )}
+
+
+def sanitize_keypoints_mask(keypoints: torch.Tensor, canvas_size) -> torch.Tensor:
+    """[N] bool: the points (or groups of points, dims 1.. of ``[N, ..., 2]``) on the canvas."""
+    h, w = canvas_size
+    x, y = keypoints[..., 0], keypoints[..., 1]
+    inside = (x >= 0) & (x < w) & (y >= 0) & (y < h)
+    return inside.flatten(1).all(1) if inside.ndim > 1 else inside
+
+
+def sanitize_keypoints(key_points: torch.Tensor, canvas_size=None):
+    """Drop points (or whole groups) off the canvas: (kept points, the [N] bool mask used)."""
+    if isinstance(key_points, torch.Tensor) and not isinstance(key_points, tv_tensors.TVTensor):
+        if canvas_size is None:
+            raise ValueError("sanitize_keypoints: canvas_size is required for a plain tensor "
+                             "(or pass a tv_tensors.KeyPoints)")
+        valid = sanitize_keypoints_mask(key_points, canvas_size)
+        return key_points[valid], valid
+    if not isinstance(key_points, tv_tensors.KeyPoints):
+        raise ValueError(f"sanitize_keypoints takes a tv_tensors.KeyPoints or a plain tensor, "
+                         f"got {type(key_points).__name__}")
+    if canvas_size is not None:
+        raise ValueError(f"sanitize_keypoints: canvas_size must be None for KeyPoints (they "
+                         f"carry theirs), got {canvas_size!r}")
+    valid = sanitize_keypoints_mask(tv_tensors.unwrap(key_points), key_points.canvas_size)
+    return tv_tensors.wrap(tv_tensors.unwrap(key_points)[valid], like=key_points), valid

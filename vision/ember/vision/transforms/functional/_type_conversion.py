@@ -116,12 +116,17 @@ class PILImage(tv_tensors.Image):
         return {"pil_mode": self.pil_mode}
 
 
-def pil_as_image(pic: PIL.Image.Image, op: str) -> PILImage:
-    """``pic`` as a tensor image for the tensor kernels (modes of ``_ROUND_TRIP`` only)."""
+def check_pil_mode(pic: PIL.Image.Image, op: str) -> None:
+    """ValueError for PIL modes the transforms do not take (those outside ``_ROUND_TRIP``)."""
     if pic.mode not in _ROUND_TRIP:
         raise ValueError(f"{op}: PIL images of mode {pic.mode!r} are not supported; convert "
                          f"first (image.convert('RGB') or 'L'), or wrap the index map of a "
                          f"palette image as tv_tensors.Mask(pil_to_tensor(image))")
+
+
+def pil_as_image(pic: PIL.Image.Image, op: str) -> PILImage:
+    """``pic`` as a tensor image for the tensor kernels (modes of ``_ROUND_TRIP`` only)."""
+    check_pil_mode(pic, op)
     out = pil_to_tensor(pic).as_subclass(PILImage)
     out.pil_mode = pic.mode
     return out
