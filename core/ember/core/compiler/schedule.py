@@ -18,6 +18,7 @@ import sympy
 
 from ember.core.compiler import ir
 from ember.core.compiler.ir import Extern, Pointwise, Reduction
+from ember.core.compiler.lowering.builders import InputWrite
 from ember.core.logs import get_logger
 
 log = get_logger("schedule")
@@ -76,6 +77,8 @@ def build(nodes: list, outer: list, name: str = "kernel") -> Kernel:
     xs = ir.index_vars("x", len(outer))
     flat_o = _flat(xs, outer)
     produced: dict[str, _Produced] = {}
+    # buffers read before any node of this kernel writes them: (stage, index) of each read
+    outside: dict[str, list] = {}
     stages: list[Stage] = []
     for node in nodes:
         size = node.buf.size
@@ -121,6 +124,16 @@ def build(nodes: list, outer: list, name: str = "kernel") -> Kernel:
                     raise Refused(f"{node.buf.name} reads {ld.buf} at another loop point")
                 if p.stage == here:
                     subst[ld] = p.value
+        # a loop variable over one element is 0 wherever it appears (a view of size 1 drops it)
+        ones = {v: 0 for v, n in zip(xs + ir.index_vars("r", len(rsizes)), list(outer) + rsizes)
+                if ir.same(n, 1)}
+        for ld in ir.loads(expr):
+            if ld.buf not in produced:
+                outside.setdefault(ld.buf, []).append((here, ld.index.xreplace(ones)))
+        for b in ir.gathered(expr):
+            outside.setdefault(b, []).append((here, None))
+        _check_overwrite(node, expr, here, None if index is None else index.xreplace(ones),
+                         outside)
         if subst:
             expr = ir.map_loads(expr, lambda ld, s=subst: s.get(ld, ld))
         if not join:
@@ -138,6 +151,26 @@ def build(nodes: list, outer: list, name: str = "kernel") -> Kernel:
     if len(nodes) > 1 and outer:
         _check_orientation(stages, xs[-1])
     return Kernel(name, list(outer), stages, list(nodes))
+
+
+def _check_overwrite(node, expr, here: int, index, outside: dict) -> None:
+    """A node storing into a buffer this kernel has read (a graph input it overwrites, see
+    ``InputWrite``) may join only where every read of the old contents happens at the very
+    element it stores, in the same loop, before the store: another element's read could run
+    after the store (another thread, a later pass)."""
+    name = node.buf.name
+    if name in ir.gathered(expr):
+        raise Refused(f"{name} is read at data-dependent places and overwritten")
+    reads = outside.get(name, [])
+    if reads and (index is None or any(st != here or i is None or not ir.same(i, index)
+                                       for st, i in reads)):
+        raise Refused(f"{name} is read at other elements or loops than its overwrite")
+
+
+def _mutates(n: Extern) -> bool:
+    schema = getattr(n.op, "_schema", None)
+    return schema is None or any(a.alias_info is not None and a.alias_info.is_write
+                                 for a in schema.arguments)
 
 
 def _walk(index, x_last, rs: list) -> str | None:
@@ -186,7 +219,7 @@ def _check_orientation(stages, x_last) -> None:
         raise Refused("mixes row-contiguous and column-contiguous loops")
 
 
-def _outer_for(nodes: list) -> list:
+def outer_for(nodes: list) -> list:
     for n in nodes:
         if isinstance(n, Reduction):
             return list(n.buf.size)
@@ -289,6 +322,8 @@ def schedule(nodes: list, output_names: set[str]) -> list:
         for b in (n.outs if isinstance(n, Extern) else [n.buf]):
             if b is not None:
                 producer[b.name] = i
+    # externs writing their arguments in place: nothing after one is moved before it
+    barriers = [i for i, n in enumerate(nodes) if isinstance(n, Extern) and _mutates(n)]
     steps: list = []
     current: list = []
     current_ids: set[int] = set()
@@ -301,13 +336,20 @@ def schedule(nodes: list, output_names: set[str]) -> list:
             must = set(output_names)
             for n in current:
                 outside = readers.get(n.buf.name, set()) - current_ids
-                if outside:
+                if outside or isinstance(n, InputWrite):
                     must.add(n.buf.name)
             steps.append(_finalize(kernel, must))
         current, current_ids, kernel = [], set(), None
 
     def ready(j):
-        return all(b not in producer or producer[b] in done for b in reads[j])
+        """Node j's inputs are computed, and moving it here overtakes no node that still
+        reads the old contents of a buffer it overwrites, nor a mutating extern."""
+        if not all(producer.get(b, j) == j or producer[b] in done for b in reads[j]):
+            return False
+        if any(k < j and k not in done for k in barriers):
+            return False
+        name = nodes[j].buf.name
+        return not any(k < j and k not in done for k in readers.get(name, ()))
 
     def pull_forward(start):
         nonlocal current, current_ids, kernel
@@ -316,7 +358,7 @@ def schedule(nodes: list, output_names: set[str]) -> list:
                 continue
             cand = current + [nodes[j]]
             try:
-                kernel = build(cand, _outer_for(cand), f"kernel{len(steps)}")
+                kernel = build(cand, outer_for(cand), f"kernel{len(steps)}")
             except Refused:
                 continue
             current, current_ids = cand, current_ids | {j}
@@ -333,7 +375,7 @@ def schedule(nodes: list, output_names: set[str]) -> list:
         if current:
             cand = current + [n]
             try:
-                kernel = build(cand, _outer_for(cand), f"kernel{len(steps)}")
+                kernel = build(cand, outer_for(cand), f"kernel{len(steps)}")
                 current, current_ids = cand, current_ids | {i}
                 done.add(i)
                 continue
@@ -341,7 +383,7 @@ def schedule(nodes: list, output_names: set[str]) -> list:
                 log.debug("not fusing %s into kernel%d: %s", n.buf.name, len(steps), e)
                 pull_forward(i + 1)
                 close()
-        kernel = build([n], _outer_for([n]), f"kernel{len(steps)}")
+        kernel = build([n], outer_for([n]), f"kernel{len(steps)}")
         current, current_ids = [n], {i}
         done.add(i)
     close()

@@ -14,6 +14,7 @@ from torch.fx import Node as FxNode
 from ember.core.compiler import ir
 from ember.core.compiler.ir import (
     Lazy,
+    Pointwise,
     Reduction,
     StridedView,
     TensorValue,
@@ -30,6 +31,12 @@ if TYPE_CHECKING:
 
 # ATen overload packet -> lowering(ctx, *args, **kwargs) -> IR value (see ``ops``, ``externs``)
 LOWERINGS: dict = {}
+
+
+class InputWrite(Pointwise):
+    """A pointwise node whose buffer is a graph input it overwrites (an input mutation that
+    AOTAutograd leaves in the graph as ``copy_``): always stored, and never before a node that
+    still reads the input's old contents (see ``schedule``)."""
 
 
 def register(*ops):

@@ -8,10 +8,12 @@ recomputing them would cost more than a store.
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 from collections import Counter
 
+import sympy
 import torch
 from torch.fx import GraphModule
 from torch.fx import Node as FxNode
@@ -27,8 +29,16 @@ from ember.core.compiler.ir import (
     Unsupported,
     contiguous_strides,
 )
-from ember.core.compiler.lowering import ops  # noqa: F401  (fills the op table)
-from ember.core.compiler.lowering.builders import LOWERINGS, Ctx, Decline, meta_val, sym
+from ember.core.compiler.lowering import foreach, ops  # noqa: F401  (fill the op table)
+from ember.core.compiler.lowering.builders import (
+    LOWERINGS,
+    Ctx,
+    Decline,
+    InputWrite,
+    bload,
+    meta_val,
+    sym,
+)
 from ember.core.compiler.lowering.externs import is_extern
 from ember.core.logs import get_logger
 
@@ -57,6 +67,8 @@ class GraphLowering:
         self.reductions: dict = {}  # (value id, dims, type, dtypes) -> (value, buffer)
         self._count = 0
         self.env: dict[FxNode, object] = {}
+        self.input_writes: Counter = Counter()  # placeholder -> FX nodes writing into it
+        self.retargeted: set[int] = set()  # ids of buffers renamed to the input they overwrite
 
     def new_buffer(self, dtype, size, stride=None) -> Buffer:
         self._count += 1
@@ -81,6 +93,11 @@ class GraphLowering:
 
     def run(self) -> None:
         debug = log.isEnabledFor(logging.DEBUG)
+        for node in self.gm.graph.nodes:
+            for a in _written_args(node):
+                root = _root(a)
+                if root is not None:
+                    self.input_writes[root] += 1
         for node in self.gm.graph.nodes:
             first = len(self.nodes)
             self.env[node] = self._lower(node)
@@ -146,6 +163,10 @@ class GraphLowering:
             raise Unsupported(f"higher-order op {node.target.name()}: the graph runs in eager")
         args, kwargs = self._arg(node.args), self._arg(node.kwargs)
         target = node.target
+        if target is torch.ops.aten.copy_.default and not kwargs:
+            out = self._copy_into_input(node, *args)
+            if out is not None:
+                return out
         packet = getattr(target, "_overloadpacket", None)
         lowering = LOWERINGS.get(packet)
         if lowering is not None and self._supported(node):
@@ -184,8 +205,20 @@ class GraphLowering:
             _fallback_log.info("%s runs in eager ATen: %s", name, reason)
 
     def _maybe_realize(self, node: FxNode, out):
+        if isinstance(out, list):  # a foreach op: each value's readers go through getitem
+            uses = Counter()
+            for u in node.users:
+                if u.target is operator.getitem and isinstance(u.args[1], int):
+                    uses[u.args[1]] += len(u.users)
+                else:
+                    uses.update(range(len(out)))
+            for i, v in enumerate(out):
+                self._realize_shared(v, uses[i])
+            return out
+        return self._realize_shared(out, len(node.users))
+
+    def _realize_shared(self, out, users: int):
         if isinstance(out, Lazy):
-            users = len(node.users)
             e = out.fn(ir.index_vars("x", len(out.size)))
             ops = ir.op_count(e)
             costly = any(isinstance(x, ir.PrimOp) and x.prim in _COSTLY for x in ir.walk(e))
@@ -244,24 +277,166 @@ class GraphLowering:
         views = [StridedView.of(b) if b is not None else None for b in outs]
         return views if tree != "single" else views[0]
 
-    def _realize_readers_of(self, written: set[str], node: FxNode) -> None:
-        """Compute now every lazy value that reads a buffer ``node`` overwrites and that a later
-        node still reads: inlined after the write, it would read the new contents (the momentum
-        buffers of SGD's nesterov step, a clone of the gradients updated in place after it)."""
-        if not written:
-            return
+    def _copy_into_input(self, node: FxNode, dst, src, non_blocking=False):
+        """``copy_(input, value)`` (AOTAutograd's input mutation epilogue) as a pointwise node
+        storing ``value`` straight into the input's buffer: the value's loop writes the input
+        and no fresh buffer and extern copy follow. Only for the one write into a contiguous
+        CPU input whose whole buffer is ``dst``, when the wrapper leaves bound inputs alone;
+        None leaves the call to the extern ``copy_``.
+
+        Values that read the input's old contents and are read later are computed before the
+        write (``_realize_readers_of``); ``value`` itself is then read from the input."""
+        buf = dst.buf if isinstance(dst, StridedView) else None
+        if buf is None or self.device != "cpu" or not dst.is_natural() or \
+                not any(buf is b for b in self.inputs) or not isinstance(src, TensorValue) or \
+                self.input_writes[_root(node.args[0])] != 1 or \
+                len(src.size) > len(buf.size) or not _contiguous(buf) or \
+                not wrapper_writes_inputs():
+            return None
+        if self._retarget(src, buf, node):
+            return StridedView.of(buf)
+        whole = isinstance(src, Lazy) and src.realized is None and src.dtype == buf.dtype \
+            and ir.same_sizes(src.size, buf.size)
+        if whole:  # ``src``'s own reads of the old contents happen in the store's loop
+            src.realized = StridedView.of(Buffer(f"{buf.name}_new", buf.dtype, buf.size,
+                                                 buf.stride))
+            src.realized_at = -1
+        try:
+            self._realize_readers_of({buf.name}, node)
+        finally:
+            if whole:
+                src.realized = None
+        size = list(buf.size)
+        fn = src.fn if whole else (lambda i, s=src: bload(s, size, i, buf.dtype))
+        write = self.add(InputWrite(buf, fn))
+        if not _schedulable(write):  # reads the input at elements other than the one it stores
+            self.nodes.pop()
+            return None
+        if whole:
+            src.realized, src.realized_at = StridedView.of(buf), write.pos
+        return StridedView.of(buf)
+
+    def _retarget(self, src, buf: Buffer, node: FxNode) -> bool:
+        """``src`` already computed into a fresh buffer (a value with several readers): its
+        node writes the input instead, renamed, when nothing after that node reads the input's
+        old contents (IR nodes, or values still to be read); readers of the fresh buffer then
+        read the input, which holds the same value from that node on."""
+        if not isinstance(src, Lazy) or src.realized is None or not src.realized.is_natural() \
+                or not 0 <= src.realized_at < len(self.nodes):
+            return False
+        at = self.nodes[src.realized_at]
+        old = src.realized.buf
+        if type(at) is not Pointwise or at.buf is not old or old.dtype != buf.dtype or \
+                not ir.same_sizes(old.size, buf.size) or not _contiguous(old):
+            return False
+        if any(buf.name in ir.node_reads(n) for n in self.nodes[at.pos + 1:]) or \
+                self._pending_readers({buf.name}, node):
+            return False
+        name, old.name = old.name, buf.name
+        write = InputWrite(old, at.fn, at.pos)
+        if not _schedulable(write):
+            old.name = name
+            return False
+        self.nodes[at.pos] = write
+        self.retargeted.add(id(old))
+        return True
+
+    def _pending_readers(self, written: set[str], node: FxNode) -> list:
+        """Lazy values not computed yet that read ``written`` and that a node after ``node``
+        still reads."""
+        out = []
         for fx, value in self.env.items():
             if not any(u is not node and u not in self.env for u in fx.users):
                 continue
             for v in value if isinstance(value, (list, tuple)) else [value]:
                 if isinstance(v, Lazy) and v.realized is None and written & ir.reads_of(
                         v.fn(ir.index_vars("x", len(v.size)))):
-                    self.realize(v)
+                    out.append(v)
+        return out
+
+    def _realize_readers_of(self, written: set[str], node: FxNode) -> None:
+        """Compute now every lazy value that reads a buffer ``node`` overwrites and that a later
+        node still reads: inlined after the write, it would read the new contents (the momentum
+        buffers of SGD's nesterov step, a clone of the gradients updated in place after it)."""
+        if not written:
+            return
+        for v in self._pending_readers(written, node):
+            self.realize(v)
 
     def _output(self, v):
         if isinstance(v, Lazy):
             return self.realize(v)
+        if isinstance(v, StridedView) and id(v.buf) in self.retargeted:
+            # a fresh tensor in the graph's meaning, now the input it was copied into
+            return self.realize(Lazy(v.dtype, list(v.size), v.load))
         return v
+
+
+def _written_args(node: FxNode) -> list:
+    """The FX nodes a call writes in place (schema arguments marked ``a!``)."""
+    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+    if schema is None:
+        return []
+    out = []
+    for i, a in enumerate(schema.arguments):
+        if a.alias_info is None or not a.alias_info.is_write:
+            continue
+        v = node.args[i] if i < len(node.args) else node.kwargs.get(a.name)
+        out += [x for x in (v if isinstance(v, (list, tuple)) else [v]) if isinstance(x, FxNode)]
+    return out
+
+
+def _root(x: FxNode) -> FxNode | None:
+    """The placeholder ``x`` is a view of (through view ops), or None."""
+    while x.op == "call_function":
+        schema = getattr(x.target, "_schema", None)
+        if schema is None or not schema.returns or schema.returns[0].alias_info is None \
+                or not x.args or not isinstance(x.args[0], FxNode):
+            return None
+        x = x.args[0]
+    return x if x.op == "placeholder" else None
+
+
+def _schedulable(node: InputWrite) -> bool:
+    """The scheduler can lay ``node`` out as a kernel of its own (it reads the input it
+    overwrites only at the element it stores)."""
+    from ember.core.compiler import schedule
+
+    try:
+        schedule.build([node], schedule.outer_for([node]))
+    except schedule.Refused as e:
+        log.debug("%s stays an extern copy_: %s", node.buf.name, e)
+        return False
+    return True
+
+
+def _contiguous(buf: Buffer) -> bool:
+    want = contiguous_strides(buf.size)
+    return all(ir.same(sz, 1) or ir.same(st, w) for sz, st, w in zip(buf.size, buf.stride, want))
+
+
+@functools.lru_cache(maxsize=1)
+def wrapper_writes_inputs() -> bool:
+    """Whether the wrapper's plan hands a kernel that writes a graph input's Buffer that input's
+    tensor (neither allocated nor aliased to another buffer): asked of ``wrapper.plan`` with a
+    one-kernel graph. False (``copy_`` stays an extern) for a wrapper that rebinds the name."""
+    try:
+        from ember.core.compiler.codegen import wrapper
+        from ember.core.compiler.codegen.common import ArgKind, KernelArg
+        from ember.core.compiler.schedule import schedule
+
+        one = [sympy.Integer(8)]
+        a = Buffer("arg0", torch.float32, one, [sympy.Integer(1)])
+        view = StridedView.of(a)
+        steps = schedule([InputWrite(a, lambda i: view.load(i))], set())
+        specs = {steps[0].name: [KernelArg(ArgKind.POINTER, "arg0")]}
+        plan = wrapper.plan([a], [], [], steps, specs, {"arg0": a})
+        return steps[0].outputs == [a] and not any(
+            isinstance(s, wrapper.Alloc) and s.buf.name == "arg0" or
+            isinstance(s, wrapper.Alias) and s.name == "arg0" for s in plan)
+    except Exception as e:  # a wrapper with another interface: keep the extern copy_
+        log.debug("wrapper probe failed: %s: %s", type(e).__name__, e)
+        return False
 
 
 def _written_buffers(schema, args, kwargs) -> set[str]:
