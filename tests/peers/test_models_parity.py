@@ -31,6 +31,14 @@ CASES = {
     **{f"efficientnet_b{i}": None for i in range(8)}, "efficientnet_b0": 64,
     "efficientnet_b5": 32,   # B5-B7 use BatchNorm eps 1e-3 (seen only in the outputs)
     "efficientnet_v2_s": 32, "efficientnet_v2_m": None, "efficientnet_v2_l": None,
+    "convnext_tiny": 32, "convnext_small": None, "convnext_base": None, "convnext_large": None,
+    **{f"regnet_{f}_{s}": None for f in "xy" for s in ("400mf", "800mf", "1_6gf", "3_2gf",
+                                                          "8gf", "16gf", "32gf")},
+    "regnet_y_128gf": None, "regnet_x_400mf": 64, "regnet_y_400mf": 64, "regnet_x_3_2gf": 32,
+    "mnasnet0_5": 64, "mnasnet0_75": None, "mnasnet1_0": 64, "mnasnet1_3": None,
+    "vit_b_16": None, "vit_b_32": 224, "vit_l_16": None, "vit_l_32": None, "vit_h_14": None,
+    "mobilenet_v3_small": 64, "mobilenet_v3_large": None, "resnet18": None, "resnet34": None,
+    "resnet50": 64,
 }
 
 
@@ -59,10 +67,23 @@ def check_structure(ours, theirs):
     assert {k: v.shape for k, v in so.items()} == {k: v.shape for k, v in st.items()}
 
 
+def regnet_widths_on_cpu(monkeypatch):
+    """torchvision computes RegNet widths with torch ops that fail on the meta device."""
+    from torchvision.models import regnet
+
+    plain = regnet.BlockParams.from_init_params.__func__
+
+    def on_cpu(cls, *args, **kwargs):
+        with torch.device("cpu"):
+            return plain(cls, *args, **kwargs)
+    monkeypatch.setattr(regnet.BlockParams, "from_init_params", classmethod(on_cpu))
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_builder_matches_torchvision(name):
+def test_builder_matches_torchvision(name, monkeypatch):
     side = CASES[name]
     if side is None:
+        regnet_widths_on_cpu(monkeypatch)
         with torch.device("meta"):
             check_structure(em.get_model(name), tvm.get_model(name))
         return
@@ -78,6 +99,27 @@ def test_builder_matches_torchvision(name):
         out_o = ours(x)
     torch.testing.assert_close(out_o, out_t, rtol=1e-5, atol=1e-5)
     theirs.load_state_dict(ours.state_dict(), strict=True)
+
+
+def test_mnasnet_version1_checkpoints_load_as_in_torchvision():
+    from ember.vision.models.mnasnet import _get_depths, _stem
+
+    torch.manual_seed(0)
+    old = em.mnasnet0_5().eval()   # a version-1 model: the stem was not scaled by alpha
+    for i, layer in enumerate(_stem(32, 16, _get_depths(0.5)[2])):
+        old.layers[i] = layer
+    randomise_norm_stats(old)
+    state = old.state_dict()
+    state._metadata[""]["version"] = 1
+    ours, theirs = em.mnasnet0_5().eval(), tvm.mnasnet0_5().eval()
+    with pytest.warns(UserWarning, match="previous version"):
+        ours.load_state_dict(state)
+    with pytest.warns(UserWarning, match="previous version"):
+        theirs.load_state_dict(state)
+    x = torch.rand(1, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ours(x), old(x), rtol=0, atol=0)
 
 
 def test_builder_signatures_match_torchvision():

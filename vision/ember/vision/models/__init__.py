@@ -5,10 +5,13 @@
 
 # the modules; alexnet's builder (imported below) takes its module's name, as in torchvision
 from ember.vision.models import (
+    convnext,
     densenet,
     efficientnet,
+    mnasnet,
     mobilenetv2,
     mobilenetv3,
+    regnet,
     resnet,
     retinanet,
     shufflenetv2,
@@ -18,6 +21,13 @@ from ember.vision.models import (
 )
 from ember.vision.models._registry import get_model, list_models, load_weights, register_model
 from ember.vision.models.alexnet import AlexNet, alexnet
+from ember.vision.models.convnext import (
+    ConvNeXt,
+    convnext_base,
+    convnext_large,
+    convnext_small,
+    convnext_tiny,
+)
 from ember.vision.models.densenet import (
     DenseNet,
     densenet121,
@@ -39,8 +49,27 @@ from ember.vision.models.efficientnet import (
     efficientnet_v2_m,
     efficientnet_v2_s,
 )
+from ember.vision.models.mnasnet import MNASNet, mnasnet0_5, mnasnet0_75, mnasnet1_0, mnasnet1_3
 from ember.vision.models.mobilenetv2 import MobileNetV2, mobilenet_v2
 from ember.vision.models.mobilenetv3 import MobileNetV3, mobilenet_v3_large, mobilenet_v3_small
+from ember.vision.models.regnet import (
+    RegNet,
+    regnet_x_1_6gf,
+    regnet_x_3_2gf,
+    regnet_x_8gf,
+    regnet_x_16gf,
+    regnet_x_32gf,
+    regnet_x_400mf,
+    regnet_x_800mf,
+    regnet_y_1_6gf,
+    regnet_y_3_2gf,
+    regnet_y_8gf,
+    regnet_y_16gf,
+    regnet_y_32gf,
+    regnet_y_128gf,
+    regnet_y_400mf,
+    regnet_y_800mf,
+)
 from ember.vision.models.resnet import (
     ResNet,
     resnet18,
@@ -74,17 +103,30 @@ from ember.vision.models.vgg import (
     vgg19,
     vgg19_bn,
 )
-from ember.vision.models.vision_transformer import VisionTransformer, vit_b_16
+from ember.vision.models.vision_transformer import (
+    VisionTransformer,
+    vit_b_16,
+    vit_b_32,
+    vit_h_14,
+    vit_l_16,
+    vit_l_32,
+)
 
 __all__ = [
     "get_model", "list_models", "load_weights", "register_model",
     "AlexNet", "alexnet",
+    "ConvNeXt", "convnext_tiny", "convnext_small", "convnext_base", "convnext_large",
     "DenseNet", "densenet121", "densenet161", "densenet169", "densenet201",
     "EfficientNet", "efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3",
     "efficientnet_b4", "efficientnet_b5", "efficientnet_b6", "efficientnet_b7",
     "efficientnet_v2_s", "efficientnet_v2_m", "efficientnet_v2_l",
+    "MNASNet", "mnasnet0_5", "mnasnet0_75", "mnasnet1_0", "mnasnet1_3",
     "MobileNetV2", "mobilenet_v2",
     "MobileNetV3", "mobilenet_v3_large", "mobilenet_v3_small",
+    "RegNet", "regnet_y_400mf", "regnet_y_800mf", "regnet_y_1_6gf", "regnet_y_3_2gf",
+    "regnet_y_8gf", "regnet_y_16gf", "regnet_y_32gf", "regnet_y_128gf", "regnet_x_400mf",
+    "regnet_x_800mf", "regnet_x_1_6gf", "regnet_x_3_2gf", "regnet_x_8gf", "regnet_x_16gf",
+    "regnet_x_32gf",
     "ResNet", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d",
     "resnext101_32x8d", "resnext101_64x4d", "wide_resnet50_2", "wide_resnet101_2",
     "RetinaNet", "retinanet_resnet50_fpn",
@@ -92,7 +134,7 @@ __all__ = [
     "shufflenet_v2_x2_0",
     "SqueezeNet", "squeezenet1_0", "squeezenet1_1",
     "VGG", "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn",
-    "VisionTransformer", "vit_b_16",
-    "densenet", "efficientnet", "mobilenetv2", "mobilenetv3", "resnet", "retinanet",
-    "shufflenetv2", "squeezenet", "vgg", "vision_transformer",
+    "VisionTransformer", "vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14",
+    "convnext", "densenet", "efficientnet", "mnasnet", "mobilenetv2", "mobilenetv3", "regnet",
+    "resnet", "retinanet", "shufflenetv2", "squeezenet", "vgg", "vision_transformer",
 ]

@@ -102,12 +102,12 @@ class MobileNetV3(nn.Module):
 
 
 @register_model()
-def mobilenet_v3_large(*, weights=None, **kw) -> MobileNetV3:
+def mobilenet_v3_large(*, weights=None, progress: bool = True, **kw) -> MobileNetV3:
     """MobileNetV3-Large (5,483,032 parameters)."""
     return load_weights(MobileNetV3(_LARGE, 1280, **kw), weights)
 
 
 @register_model()
-def mobilenet_v3_small(*, weights=None, **kw) -> MobileNetV3:
+def mobilenet_v3_small(*, weights=None, progress: bool = True, **kw) -> MobileNetV3:
     """MobileNetV3-Small (2,542,856 parameters)."""
     return load_weights(MobileNetV3(_SMALL, 1024, **kw), weights)

@@ -1,4 +1,5 @@
-"""ViT-B/16 (Dosovitskiy et al.), torchvision's layout and state_dict names.
+"""ViT-B/16, B/32, L/16, L/32 and H/14 (Dosovitskiy et al.), torchvision's layout and
+state_dict names.
 
 Attention runs through ``ember.core.nn.functional.scaled_dot_product_attention``.
 """
@@ -109,7 +110,32 @@ class VisionTransformer(nn.Module):
         return self.heads(self.encoder(x)[:, 0])
 
 
-@register_model()
-def vit_b_16(*, weights=None, **kw) -> VisionTransformer:
-    """ViT-B/16 at 224x224 (86,567,656 parameters)."""
-    return load_weights(VisionTransformer(**kw), weights)
+# name: (patch, layers, heads, hidden, mlp, parameter count at 224x224 and 1000 classes)
+_VARIANTS = {
+    "vit_b_16": (16, 12, 12, 768, 3072, 86_567_656),
+    "vit_b_32": (32, 12, 12, 768, 3072, 88_224_232),
+    "vit_l_16": (16, 24, 16, 1024, 4096, 304_326_632),
+    "vit_l_32": (32, 24, 16, 1024, 4096, 306_535_400),
+    "vit_h_14": (14, 32, 16, 1280, 5120, 632_045_800),
+}
+
+
+def _make(name):
+    patch, layers, heads, hidden, mlp, count = _VARIANTS[name]
+
+    def builder(*, weights=None, progress: bool = True, **kwargs) -> VisionTransformer:
+        model = VisionTransformer(patch_size=patch, num_layers=layers, num_heads=heads,
+                                  hidden_dim=hidden, mlp_dim=mlp, **kwargs)
+        return load_weights(model, weights)
+
+    builder.__name__ = builder.__qualname__ = name
+    builder.__doc__ = (f"{name} at 224x224 ({count:,} parameters); ``progress`` is unused "
+                       "(nothing downloads).")
+    return register_model(name)(builder)
+
+
+vit_b_16 = _make("vit_b_16")
+vit_b_32 = _make("vit_b_32")
+vit_l_16 = _make("vit_l_16")
+vit_l_32 = _make("vit_l_32")
+vit_h_14 = _make("vit_h_14")
