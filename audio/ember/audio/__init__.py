@@ -1,6 +1,7 @@
 """ember.audio: audio I/O over libsndfile, torchaudio-compatible transforms and models."""
 
-from ember.audio import functional, models, transforms
+from ember.audio import compliance, functional, models, transforms
 from ember.audio.io import AudioMetaData, info, load, save
 
-__all__ = ["AudioMetaData", "functional", "info", "load", "models", "save", "transforms"]
+__all__ = ["AudioMetaData", "compliance", "functional", "info", "load", "models", "save",
+           "transforms"]

@@ -23,6 +23,7 @@ from ember.audio.functional.effects import (
     speed,
 )
 from ember.audio.functional.features import (
+    detect_pitch_frequency,
     edit_distance,
     loudness,
     sliding_window_cmn,
@@ -48,6 +49,7 @@ from ember.audio.functional.filtering import (
     treble_biquad,
 )
 from ember.audio.functional.masking import mask_along_axis, mask_along_axis_iid
+from ember.audio.functional.modulation import flanger, phaser
 from ember.audio.functional.resampling import resample
 from ember.audio.functional.spectral import (
     DB_to_amplitude,
@@ -60,6 +62,7 @@ from ember.audio.functional.spectral import (
     phase_vocoder,
     spectrogram,
 )
+from ember.audio.functional.voice_activity import vad
 
 __all__ = [
     "DB_to_amplitude",
@@ -78,6 +81,7 @@ __all__ = [
     "convolve",
     "create_dct",
     "dcshift",
+    "detect_pitch_frequency",
     "deemph_biquad",
     "deemphasis",
     "dither",
@@ -85,6 +89,7 @@ __all__ = [
     "equalizer_biquad",
     "fftconvolve",
     "filtfilt",
+    "flanger",
     "frechet_distance",
     "gain",
     "griffinlim",
@@ -104,6 +109,7 @@ __all__ = [
     "mvdr_weights_souden",
     "overdrive",
     "phase_vocoder",
+    "phaser",
     "pitch_shift",
     "preemphasis",
     "psd",
@@ -116,4 +122,5 @@ __all__ = [
     "spectrogram",
     "speed",
     "treble_biquad",
+    "vad",
 ]

@@ -170,6 +170,19 @@ def pitch_shift(waveform: Tensor, sample_rate: int, n_steps: int, bins_per_octav
                 window: Tensor | None = None) -> Tensor:
     """Shift the pitch by ``n_steps`` of ``1/bins_per_octave`` octave, keeping the length:
     a phase-vocoder time stretch by the pitch ratio, then resampling back."""
+    stretched = stretch_for_pitch_shift(waveform, n_steps, bins_per_octave, n_fft, win_length,
+                                        hop_length, window)
+    rate = 2.0 ** (-float(n_steps) / bins_per_octave)
+    shifted = resample(stretched, int(sample_rate / rate), sample_rate)
+    return fit_length(shifted, waveform.shape)
+
+
+def stretch_for_pitch_shift(waveform: Tensor, n_steps: int, bins_per_octave: int = 12,
+                            n_fft: int = 512, win_length: int | None = None,
+                            hop_length: int | None = None, window: Tensor | None = None
+                            ) -> Tensor:
+    """The first half of :func:`pitch_shift`: ``[..., time]`` time-stretched by the pitch
+    ratio with a phase vocoder, as ``(batch, stretched_time)``."""
     hop_length = n_fft // 4 if hop_length is None else hop_length
     win_length = n_fft if win_length is None else win_length
     if window is None:
@@ -181,9 +194,12 @@ def pitch_shift(waveform: Tensor, sample_rate: int, n_steps: int, bins_per_octav
                       pad_mode="reflect", normalized=False, onesided=True, return_complex=True)
     advance = torch.linspace(0, math.pi * hop_length, spec.shape[-2],
                              device=spec.device).unsqueeze(-1)
-    stretched = torch.istft(phase_vocoder(spec, rate, advance), n_fft, hop_length, win_length,
-                            window, length=int(round(shape[-1] / rate)))
-    shifted = resample(stretched, int(sample_rate / rate), sample_rate)
+    return torch.istft(phase_vocoder(spec, rate, advance), n_fft, hop_length, win_length,
+                       window, length=int(round(shape[-1] / rate)))
+
+
+def fit_length(shifted: Tensor, shape: torch.Size) -> Tensor:
+    """``(batch, time')`` cut or zero-padded to ``shape[-1]`` samples, reshaped to ``shape``."""
     if shifted.shape[-1] >= shape[-1]:
         shifted = shifted[..., :shape[-1]]
     else:

@@ -1,5 +1,6 @@
 """Feature helpers with torchaudio's names: spectral centroid, sliding-window cepstral mean
-(and variance) normalisation, ITU-R BS.1770 loudness and the Levenshtein edit distance.
+(and variance) normalisation, ITU-R BS.1770 loudness, NCCF pitch detection and the
+Levenshtein edit distance.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from torch import Tensor
 from ember.audio.functional.filtering import highpass_biquad, treble_biquad
 from ember.audio.functional.spectral import spectrogram
 
-__all__ = ["edit_distance", "loudness", "sliding_window_cmn", "spectral_centroid"]
+__all__ = ["detect_pitch_frequency", "edit_distance", "loudness", "sliding_window_cmn",
+           "spectral_centroid"]
 
 # ITU-R BS.1770-4 channel weights (L, R, C, Ls, Rs)
 _BS1770_WEIGHTS = (1.0, 1.0, 1.0, 1.41, 1.41)
@@ -111,3 +113,66 @@ def loudness(waveform: Tensor, sample_rate: int):
     ungated = -0.691 + 10 * torch.log10((weights * _gated_mean(energy, absolute)).sum(-1))
     relative = absolute & (block_lkfs > (ungated - 10).unsqueeze(-1))
     return -0.691 + 10 * torch.log10((weights * _gated_mean(energy, relative)).sum(-1))
+
+
+def _nccf(rows: Tensor, sample_rate: int, frame_time: float, freq_low: int) -> Tensor:
+    """torchaudio's normalised cross-correlation ``(rows, frames, lags)``: for frame ``f`` and
+    lag ``m`` in 1..ceil(sr / freq_low), ``<s, s_m> / (eps + |s|)^2 / (eps + |s_m|)^2`` with
+    ``s`` the frame and ``s_m`` the same span ``m`` samples later (zero-padded at the end)."""
+    eps = 1e-9
+    lags = int(math.ceil(sample_rate / freq_low))
+    size = int(math.ceil(sample_rate * frame_time))
+    frames = int(math.ceil(rows.shape[-1] / size))
+    x = torch.nn.functional.pad(rows, (0, lags + frames * size - rows.shape[-1]))
+    head = x[..., :frames * size].unfold(-1, size, size)                # (rows, frames, size)
+    spans = x.unfold(-1, size + lags, size)[..., :frames, :]            # frame + every lag
+    head_energy = (eps + torch.linalg.vector_norm(head, ord=2, dim=-1)).pow(2)
+    # all lags of a few frames at a time: bounded memory, no Python step per lag
+    chunk = max(1, (1 << 22) // max(1, rows.shape[0] * lags * size))
+    out = []
+    for f0 in range(0, frames, chunk):
+        shifted = spans[:, f0:f0 + chunk].unfold(-1, size, 1)[..., 1:, :]  # (r, f, lags, n)
+        # a contiguous product sums in torchaudio's order (ties between lags of a periodic
+        # signal are otherwise decided differently)
+        dot = (head[:, f0:f0 + chunk, None, :] * shifted).contiguous().sum(-1)
+        energy = (eps + torch.linalg.vector_norm(shifted, ord=2, dim=-1)).pow(2)
+        out.append(dot / head_energy[:, f0:f0 + chunk, None] / energy)
+    return torch.cat(out, 1)
+
+
+def detect_pitch_frequency(waveform: Tensor, sample_rate: int, frame_time: float = 10 ** (-2),
+                           win_length: int = 30, freq_low: int = 85, freq_high: int = 3400
+                           ) -> Tensor:
+    """Pitch (Hz, float32) of each frame of ``[..., time]``: the NCCF's best lag (the first
+    half's if within 1 % of the best), median-smoothed over ``win_length`` frames.
+
+    As torchaudio: the smoothing pads only on the left, so there are ``win_length - 1 -
+    (win_length - 1) // 2`` fewer outputs than frames of ``frame_time`` seconds.
+    """
+    if not isinstance(waveform, Tensor) or waveform.ndim < 1:
+        raise ValueError("waveform must be a tensor of shape (..., time)")
+    for name, value in (("sample_rate", sample_rate), ("frame_time", frame_time),
+                        ("win_length", win_length), ("freq_low", freq_low),
+                        ("freq_high", freq_high)):
+        if value <= 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+    lag_min = int(math.ceil(sample_rate / freq_high))
+    half = int(math.ceil(sample_rate / freq_low)) // 2
+    if lag_min >= half:
+        raise ValueError(f"freq_high={freq_high} must be well above freq_low={freq_low}: the "
+                         f"shortest lag ({lag_min}) must be below half the longest ({half})")
+    shape = waveform.shape
+    nccf = _nccf(waveform.reshape(-1, shape[-1]), sample_rate, frame_time, freq_low)
+    best, best_lag = torch.max(nccf[..., lag_min:], -1)
+    near, near_lag = torch.max(nccf[..., lag_min:half], -1)
+    lag = torch.where(near > 0.99 * best, near_lag, best_lag) + lag_min + 1
+    # centred median over win_length frames, the first frame repeated on the left
+    pad = (win_length - 1) // 2
+    frames = lag.shape[-1] + pad
+    if frames < win_length:
+        raise ValueError(f"waveform is too short for win_length={win_length}: it gives "
+                         f"{lag.shape[-1]} frames of {frame_time} s")
+    lag = torch.cat([lag[..., :1].expand(-1, pad), lag], -1)
+    smoothed = lag.unfold(-1, win_length, 1).median(-1).values
+    freq = sample_rate / (1e-9 + smoothed.to(torch.float32))
+    return freq.reshape(shape[:-1] + freq.shape[-1:])

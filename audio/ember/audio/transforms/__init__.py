@@ -8,6 +8,7 @@ from ember.audio.transforms.augment import (
     TimeMasking,
     Vol,
 )
+from ember.audio.transforms.effects import PitchShift, Vad
 from ember.audio.transforms.features import Loudness, SlidingWindowCmn, SpectralCentroid
 from ember.audio.transforms.multichannel import PSD, RTFMVDR, SoudenMVDR
 from ember.audio.transforms.signal import (
@@ -55,6 +56,7 @@ __all__ = [
     "MelSpectrogram",
     "MuLawDecoding",
     "MuLawEncoding",
+    "PitchShift",
     "Preemphasis",
     "Resample",
     "SlidingWindowCmn",
@@ -66,5 +68,6 @@ __all__ = [
     "SpeedPerturbation",
     "TimeMasking",
     "TimeStretch",
+    "Vad",
     "Vol",
 ]
