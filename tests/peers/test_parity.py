@@ -970,17 +970,14 @@ def test_enums_and_modules():
 @pytest.mark.parametrize("pil_mode", ["L", "RGB"])
 @pytest.mark.parametrize("size", [[20, 25], [60, 81], [37, 20], [100, 7]])
 def test_resize_pil_filters(mode, pil_mode, size):
-    """PIL images: torchvision calls Pillow's resize. BOX / HAMMING / LANCZOS are Pillow's
-    separable filters with its 22-bit fixed-point coefficients on our side: exact. The
-    other modes take our tensor kernels (docs/vision.md: a few levels, NEAREST's floor rule
-    picks other pixels than Pillow's), so only their sizes and modes are compared."""
+    """PIL images: both call Pillow's resize (every mode; RGBA/LA and 16-bit/float images
+    in test_transforms_more_parity.py): exact."""
     arr = rand_image((37, 53, 3), torch.uint8, seed=21).numpy()
     pil = PIL.Image.fromarray(arr[..., 0] if pil_mode == "L" else arr)
     outs = {L.name: L.F.resize(pil, size, interp(L, mode)) for L in (EM, TV)}
     e, t = outs["ember"], outs["torchvision"]
     assert (e.mode, e.size) == (t.mode, t.size)
-    if mode in ("BOX", "HAMMING", "LANCZOS"):
-        assert_same(e, t, EXACT, mode)
+    assert_same(e, t, EXACT, mode)
 
 
 @compares()

@@ -394,10 +394,11 @@ def _autocontrast(img):
     lo = xf.amin(dim=(-2, -1), keepdim=True)
     hi = xf.amax(dim=(-2, -1), keepdim=True)
     flat = hi == lo
-    scale = bound / torch.where(flat, torch.ones_like(hi), hi - lo)
+    # torchvision's float operations: divide by (hi - lo) * (1 / bound), so that the
+    # truncation to integers sees the same values
+    inv_scale = torch.where(flat, torch.ones_like(hi), (hi - lo) * (1.0 / bound))
     lo = torch.where(flat, torch.zeros_like(lo), lo)
-    scale = torch.where(flat, torch.ones_like(scale), scale)
-    return _back((xf - lo) * scale, img.dtype)
+    return _back((xf - lo) / inv_scale, img.dtype)
 
 
 @dispatcher
@@ -427,7 +428,9 @@ def _equalize(img):
     lut = ((cum + safe // 2) // safe).clamp(max=255)
     lut = torch.where(step[:, None] == 0, torch.arange(256, device=img.device).expand_as(lut), lut)
     out = lut.gather(1, flat).to(torch.uint8).reshape(u8.shape)
-    return _to_unit_float(out).to(img.dtype) if img.dtype.is_floating_point else out
+    if img.dtype.is_floating_point:  # torchvision's to_dtype(scale=True): * (1 / 255)
+        return out.to(img.dtype).mul_(1.0 / 255)
+    return out
 
 
 @dispatcher

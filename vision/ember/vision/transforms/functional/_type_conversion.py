@@ -150,7 +150,11 @@ def image_as_pil(img: torch.Tensor) -> PIL.Image.Image:
         if mode is None:
             raise ValueError(f"a PIL image became a {raw.shape[0]}-channel {raw.dtype} tensor, "
                              f"which has no PIL mode")
-    return to_pil_image(raw, mode=None if mode in ("L", "I;16", "I", "F") else mode)
+    if mode == "I;16":  # from bytes: fromarray(mode="I;16") fails under Pillow 13
+        h, w = raw.shape[-2:]
+        data = np.ascontiguousarray(raw[0].cpu().numpy().astype("<u2")).tobytes()
+        return PIL.Image.frombytes("I;16", (w, h), data)
+    return to_pil_image(raw, mode=None if mode in ("L", "I") else mode)
 
 
 def pil_kernel(kernel):

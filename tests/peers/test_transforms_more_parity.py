@@ -1,0 +1,405 @@
+"""AugMix, SanitizeKeyPoints, the v2 sample helpers and PIL resize against torchvision 0.29.
+
+Same conventions as test_parity.py: ``@compares`` names the shared API each test covers
+(test_coverage.py reads them), tolerances sit beside the comparisons, and where torchvision
+raises ember must raise an exception of the same type.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import PIL.Image
+import pytest
+
+torchvision = pytest.importorskip("torchvision")
+
+import torch  # noqa: E402
+import torchvision.transforms.v2 as TT  # noqa: E402
+import torchvision.transforms.v2.functional as TF  # noqa: E402
+from torchvision import tv_tensors as ttv  # noqa: E402
+
+import ember.vision.transforms as ET  # noqa: E402
+import ember.vision.transforms.functional as EF  # noqa: E402
+from ember.vision import tv_tensors as etv  # noqa: E402
+from ember.vision.transforms import _augment as EA  # noqa: E402
+
+
+class Lib:
+    def __init__(self, name, T, F, tv):
+        self.name, self.T, self.F, self.tv = name, T, F, tv
+
+
+EM, TV = Lib("ember", ET, EF, etv), Lib("torchvision", TT, TF, ttv)
+
+
+def compares(*names):
+    """Names the shared API ("namespace:name") a test compares; read by test_coverage.py."""
+    def mark(fn):
+        fn.compares = names
+        return fn
+    return mark
+
+
+def rand_image(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
+    return x if dtype == torch.uint8 else x.to(dtype) / 255
+
+
+def plain(x):
+    if isinstance(x, torch.Tensor):
+        return x.as_subclass(torch.Tensor)
+    if isinstance(x, PIL.Image.Image):
+        return ("PIL", x.mode, x.size, torch.from_numpy(np.array(x)))
+    if isinstance(x, (list, tuple)):
+        return type(x)(plain(v) for v in x)
+    if isinstance(x, dict):
+        return {k: plain(v) for k, v in x.items()}
+    return x
+
+
+def assert_exact(e, t, what=""):
+    """Same structure, types of leaves, shapes, dtypes and values (bit for bit)."""
+    assert type(e).__name__ == type(t).__name__, (what, type(e), type(t))
+    e, t = plain(e), plain(t)
+    if isinstance(t, (list, tuple)):
+        assert len(e) == len(t), what
+        for i, (a, b) in enumerate(zip(e, t)):
+            assert_exact(a, b, f"{what}[{i}]")
+    elif isinstance(t, dict):
+        assert e.keys() == t.keys(), what
+        for k in t:
+            assert_exact(e[k], t[k], f"{what}[{k!r}]")
+    elif isinstance(t, torch.Tensor):
+        assert (e.shape, e.dtype) == (t.shape, t.dtype), (what, e.shape, e.dtype, t.shape)
+        assert torch.equal(e, t), f"{what}: {int((e != t).sum())} values differ"
+    else:
+        assert e == t, (what, e, t)
+
+
+def same_error(call):
+    """call(lib) raises in torchvision; ember must raise the same exception type."""
+    with pytest.raises(Exception) as t_err:
+        call(TV)
+    with pytest.raises(t_err.type):
+        call(EM)
+
+
+# ---------------------------------------------------------------- AugMix
+
+AUGMIX_CONFIGS = {
+    "default": {},
+    "narrow": dict(severity=10, mixture_width=2, chain_depth=3, alpha=0.5, all_ops=False),
+    "nearest": dict(severity=1, mixture_width=4, chain_depth=1, interpolation="nearest"),
+}
+
+
+def _record_augmix(L, cfg, x, seed):
+    """The output, the ops (name, magnitude) and the Dirichlet draws of one AugMix call."""
+    t = L.T.AugMix(**cfg)
+    ops, draws = [], []
+    if L is TV:
+        apply = t._apply_image_or_video_transform
+
+        def spy(img, op, mag, **kw):
+            ops.append((op, round(mag, 6)))
+            return apply(img, op, mag, **kw)
+
+        t._apply_image_or_video_transform = spy
+    else:
+        chain = t.chain
+
+        def spy(h, w):
+            out = chain(h, w)
+            ops.extend((op, round(mag, 6)) for op, mag in out)
+            return out
+
+        t.chain = spy
+    sample = t._sample_dirichlet
+    t._sample_dirichlet = lambda p: draws.append(sample(p)) or draws[-1]
+    torch.manual_seed(seed)
+    return t(x), ops, draws
+
+
+@compares("transforms.v2:AugMix")
+@pytest.mark.parametrize("cfg", sorted(AUGMIX_CONFIGS))
+@pytest.mark.parametrize("seed", range(8))
+def test_augmix_draws_torchvisions_stream(cfg, seed):
+    # under the same torch seed ember draws the mixing weights, chain depths, ops, bins and
+    # signs in torchvision's order: the same ops with the same magnitudes, the same weights
+    # (exact), and the random stream left in the same state
+    x = rand_image((3, 37, 53), torch.uint8, seed=40 + seed)
+    _, e_ops, e_w = _record_augmix(EM, AUGMIX_CONFIGS[cfg], etv.Image(x), seed)
+    e_next = torch.rand(3)
+    _, t_ops, t_w = _record_augmix(TV, AUGMIX_CONFIGS[cfg], ttv.Image(x), seed)
+    t_next = torch.rand(3)
+    assert e_ops == t_ops and len(e_ops) > 0
+    assert len(e_w) == len(t_w) == 2
+    for a, b in zip(e_w, t_w):
+        assert torch.equal(a, b)
+    assert torch.equal(e_next, t_next)
+
+
+def _augmix_input(kind, seed):
+    dtype = torch.float32 if kind.startswith("float") else torch.uint8
+    shape = {"3ch": (3, 37, 53), "1ch": (1, 29, 41), "batch": (2, 3, 19, 27),
+             "video": (2, 3, 3, 17, 23)}[kind.split("-")[1]]
+    return rand_image(shape, dtype, seed=50 + seed), "Video" if kind.endswith("video") else \
+        "Image"
+
+
+AUGMIX_KINDS = ["uint8-3ch", "uint8-1ch", "float-3ch", "uint8-batch", "uint8-video"]
+
+
+@compares()
+@pytest.mark.parametrize("kind", AUGMIX_KINDS)
+@pytest.mark.parametrize("cfg", sorted(AUGMIX_CONFIGS))
+@pytest.mark.parametrize("seed", range(4))
+def test_augmix_mixing_is_exact(kind, cfg, seed, monkeypatch):
+    """AugMix itself, apart from its op kernels: ember's chains run with torchvision's op
+    kernel, so the draws, the batching of images and videos, the float mix and its
+    truncation to uint8 must give torchvision's output bit for bit."""
+    x, wrap = _augmix_input(kind, seed)
+    ref = TT.AugMix()
+
+    def tv_op(img, name, mag, interpolation, fill):
+        return ref._apply_image_or_video_transform(
+            img, name, mag, interpolation=TT.InterpolationMode(interpolation.value),
+            fill={torch.Tensor: fill})
+
+    t_out = _record_augmix(TV, AUGMIX_CONFIGS[cfg], getattr(ttv, wrap)(x.clone()), seed)[0]
+    monkeypatch.setattr(EA, "_apply_op", tv_op)
+    e_out = _record_augmix(EM, AUGMIX_CONFIGS[cfg], getattr(etv, wrap)(x.clone()), seed)[0]
+    assert type(e_out).__name__ == type(t_out).__name__ == wrap
+    assert_exact(e_out, t_out, f"{kind} {cfg}")
+
+
+@compares()
+@pytest.mark.parametrize("kind", AUGMIX_KINDS)
+@pytest.mark.parametrize("cfg", sorted(AUGMIX_CONFIGS))
+@pytest.mark.parametrize("seed", range(4))
+def test_augmix_pixels(kind, cfg, seed):
+    """End to end with our kernels. The op kernels are compared in test_parity.py: our warps'
+    float64 grid moves a few uint8 pixels by 1 level (WARP_UINT8 there) and float colour ops
+    differ in the last bit; a later Solarize, Posterize or Equalize of the same chain can turn
+    such a difference into a jump at its threshold. So: most pixels (99%) within 1 level
+    (uint8) or 1e-5 (float), and the mean within 0.5 level."""
+    x, wrap = _augmix_input(kind, seed)
+    e, t = (plain(_record_augmix(L, AUGMIX_CONFIGS[cfg], getattr(L.tv, wrap)(x.clone()),
+                                 seed)[0]) for L in (EM, TV))
+    assert (e.shape, e.dtype) == (t.shape, t.dtype)
+    d = (e.double() - t.double()).abs()
+    unit = 1.0 if x.dtype == torch.uint8 else 1e-5
+    assert float((d > unit).double().mean()) <= 0.01, float(d.max())
+    scale = 1.0 if x.dtype == torch.uint8 else 1 / 255
+    assert abs(float(e.double().mean() - t.double().mean())) <= 0.5 * scale
+
+
+@compares()
+def test_augmix_plain_tensor_and_pil():
+    x = rand_image((3, 31, 45), torch.uint8, seed=7)
+    pil = PIL.Image.fromarray(x.permute(1, 2, 0).numpy())
+    for inp in (x, pil):
+        outs = []
+        for L in (EM, TV):
+            torch.manual_seed(5)
+            outs.append(L.T.AugMix(severity=2)(inp))
+        e, t = plain(outs[0]), plain(outs[1])
+        assert type(outs[0]) is type(outs[1])   # plain tensor or PIL image, as given
+        if isinstance(inp, PIL.Image.Image):
+            assert e[:3] == t[:3]   # mode and size
+            e, t = e[3], t[3]
+        # the kernels' 1-level warp differences (test_augmix_pixels): a few pixels
+        d = (e.int() - t.int()).abs()
+        assert int(d.max()) <= 1 and float((d > 0).float().mean()) <= 0.01
+
+
+@compares()
+def test_augmix_errors():
+    x = rand_image((3, 21, 25), torch.uint8)
+    for sev in (0, 11):
+        same_error(lambda L, sev=sev: L.T.AugMix(severity=sev))
+    boxes = torch.tensor([[1.0, 2.0, 8.0, 9.0]])
+
+    def with_boxes(L):
+        b = L.tv.BoundingBoxes(boxes, format="XYXY", canvas_size=(21, 25))
+        return L.T.AugMix()({"image": L.tv.Image(x), "boxes": b})
+
+    def with_points(L):
+        return L.T.AugMix()((L.tv.Image(x), L.tv.KeyPoints([[1.0, 2.0]], canvas_size=(21, 25))))
+
+    for call in (with_boxes, with_points,
+                 lambda L: L.T.AugMix()((L.tv.Image(x), L.tv.Mask(x[0] > 9))),
+                 lambda L: L.T.AugMix()((L.tv.Image(x), L.tv.Image(x))),
+                 lambda L: L.T.AugMix()({"label": 3})):
+        same_error(call)
+
+
+# ---------------------------------------------------------------- keypoints
+
+def _points(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    single = torch.rand(9, 2, generator=g) * torch.tensor([40.0, 30.0]) - 6  # some off canvas
+    groups = torch.rand(6, 3, 2, generator=g) * torch.tensor([36.0, 28.0]) - 3
+    return single, groups
+
+
+@compares("functional:sanitize_keypoints")
+@pytest.mark.parametrize("which", ["single", "groups"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=["float32", "int64"])
+def test_sanitize_keypoints_functional(which, dtype):
+    pts = _points()[which == "groups"].to(dtype)
+    canvas = (25, 33)
+    for L in (EM, TV):
+        assert L.F.sanitize_keypoints is not None
+    res = [L.F.sanitize_keypoints(L.tv.KeyPoints(pts, canvas_size=canvas)) for L in (EM, TV)]
+    assert_exact(res[0], res[1], "KeyPoints")
+    assert res[0][0].canvas_size == res[1][0].canvas_size
+    assert 0 < int(res[1][1].sum()) < pts.shape[0]   # the case drops some and keeps some
+    res = [L.F.sanitize_keypoints(pts.clone(), canvas_size=canvas) for L in (EM, TV)]
+    assert_exact(res[0], res[1], "plain")
+
+
+@compares()
+def test_sanitize_keypoints_functional_errors():
+    pts = _points()[0]
+    same_error(lambda L: L.F.sanitize_keypoints(pts.clone()))
+    same_error(lambda L: L.F.sanitize_keypoints(L.tv.KeyPoints(pts, canvas_size=(9, 9)),
+                                                canvas_size=(9, 9)))
+    same_error(lambda L: L.F.sanitize_keypoints(
+        L.tv.BoundingBoxes([[0, 0, 2, 2]], format="XYXY", canvas_size=(9, 9))))
+    same_error(lambda L: L.F.sanitize_keypoints([[1.0, 2.0]], canvas_size=(9, 9)))
+
+
+@compares("transforms.v2:SanitizeKeyPoints")
+@pytest.mark.parametrize("which", ["single", "groups"])
+@pytest.mark.parametrize("getter", ["none", "default", "callable", "tuple"])
+def test_sanitize_keypoints_transform(which, getter):
+    pts = _points(1)[which == "groups"]
+    n = pts.shape[0]
+    getters = {"none": None, "default": "default", "callable": lambda s: s["ids"],
+               "tuple": lambda s: (s["labels"], s["ids"])}
+
+    def run(L):
+        sample = {"image": L.tv.Image(rand_image((3, 25, 33), torch.uint8)),
+                  "points": L.tv.KeyPoints(pts.clone(), canvas_size=(25, 33)),
+                  "labels": torch.arange(n), "ids": torch.arange(n) * 10, "other": "x"}
+        return L.T.SanitizeKeyPoints(labels_getter=getters[getter])(sample)
+
+    e, t = run(EM), run(TV)
+    assert_exact(e, t, getter)
+    assert e["points"].canvas_size == t["points"].canvas_size
+
+
+@compares()
+def test_sanitize_keypoints_transform_errors():
+    pts = _points()[0]
+
+    def run(L, sample_fn, getter="default"):
+        return L.T.SanitizeKeyPoints(labels_getter=getter)(sample_fn(L))
+
+    same_error(lambda L: run(L, lambda L: {"image": L.tv.Image(rand_image((3, 5, 5),
+                                                                          torch.uint8)),
+                                           "labels": torch.arange(3)}))
+    same_error(lambda L: run(L, lambda L: {"points": L.tv.KeyPoints(pts, canvas_size=(9, 9)),
+                                           "labels": torch.arange(3)}))
+    same_error(lambda L: run(L, lambda L: {"points": L.tv.KeyPoints(pts, canvas_size=(9, 9)),
+                                           "labels": [1, 2]}, lambda s: s["labels"]))
+    same_error(lambda L: run(L, lambda L: {"points": L.tv.KeyPoints(pts, canvas_size=(9, 9))}))
+    same_error(lambda L: L.T.SanitizeKeyPoints(labels_getter=3))
+
+
+# ---------------------------------------------------------------- sample helpers
+
+def _sample(L, pil=False):
+    img = rand_image((3, 21, 25), torch.uint8)
+    image = PIL.Image.fromarray(img.permute(1, 2, 0).numpy()) if pil else L.tv.Image(img)
+    return [image, L.tv.Mask(img[0] > 9),
+            L.tv.BoundingBoxes([[1, 2, 5, 6]], format="XYXY", canvas_size=(21, 25)),
+            L.tv.KeyPoints([[1.0, 2.0]], canvas_size=(21, 25)), "label", 3]
+
+
+@compares("transforms.v2:check_type", "transforms.v2:has_any", "transforms.v2:has_all",
+          "transforms.v2:get_bounding_boxes", "transforms.v2:get_keypoints",
+          "transforms.v2:query_chw", "transforms.v2:query_size")
+@pytest.mark.parametrize("pil", [False, True], ids=["tensor", "pil"])
+def test_sample_helpers(pil):
+    def calls(L):
+        flat = _sample(L, pil)
+        is_str = lambda x: isinstance(x, str)
+        return [L.T.check_type(flat[0], (L.tv.Mask, PIL.Image.Image)),
+                L.T.check_type(flat[4], (L.tv.Mask, is_str)),
+                L.T.check_type(flat[5], (L.tv.Mask, is_str)),
+                L.T.has_any(flat, L.tv.Video, L.tv.KeyPoints),
+                L.T.has_any(flat, L.tv.Video),
+                L.T.has_all(flat, L.tv.Mask, L.tv.BoundingBoxes, is_str),
+                L.T.has_all(flat, L.tv.Mask, L.tv.Video),
+                L.T.get_bounding_boxes(flat), L.T.get_keypoints(flat),
+                L.T.query_chw(flat), L.T.query_size(flat), L.T.query_size(flat[1:4])]
+
+    e, t = calls(EM), calls(TV)
+    for i, (a, b) in enumerate(zip(e, t)):
+        if isinstance(b, torch.Tensor):
+            assert_exact(a, b, str(i))
+        else:
+            assert a == b and type(a) is type(b), (i, a, b)
+
+
+@compares()
+def test_sample_helper_errors():
+    img = rand_image((3, 21, 25), torch.uint8)
+    for fn in ("get_bounding_boxes", "get_keypoints", "query_chw", "query_size"):
+        same_error(lambda L, fn=fn: getattr(L.T, fn)(["label", 3]))
+    for fn in ("query_chw", "query_size"):   # two sizes in one sample
+        same_error(lambda L, fn=fn: getattr(L.T, fn)([L.tv.Image(img),
+                                                      L.tv.Image(img[..., :20])]))
+    same_error(lambda L: L.T.query_chw([L.tv.Image(img), L.tv.Image(img[:1])]))
+
+
+@compares("tv_tensors:is_rotated_bounding_format")
+def test_is_rotated_bounding_format():
+    for name in ("XYXY", "XYWH", "CXCYWH"):
+        for L in (EM, TV):
+            fmt = getattr(L.tv.BoundingBoxFormat, name)
+            assert L.tv.is_rotated_bounding_format(fmt) is False
+    for s in ("XYXY", "XYWHR", "CXCYWHR", "XYXYXYXY", "xywhr", "nonsense"):
+        assert EM.tv.is_rotated_bounding_format(s) == TV.tv.is_rotated_bounding_format(s), s
+    same_error(lambda L: L.tv.is_rotated_bounding_format(3))
+
+
+# ---------------------------------------------------------------- PIL resize
+
+def _pil(mode, seed=3):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 256, (37, 53, 4), dtype=np.uint8)
+    a[..., 3] = rng.choice([0, 0, 40, 128, 200, 255, 255], (37, 53))   # transparent pixels
+    if mode == "I;16":
+        return PIL.Image.fromarray(a[..., 0].astype(np.uint16) * 257)
+    if mode == "F":
+        return PIL.Image.fromarray(rng.random((37, 53)).astype(np.float32))
+    arr = {"L": a[..., 0], "LA": a[..., [0, 3]], "RGB": a[..., :3], "RGBA": a}[mode]
+    return PIL.Image.fromarray(arr, mode)
+
+
+INTERPS = ["NEAREST", "NEAREST_EXACT", "BILINEAR", "BICUBIC", "BOX", "HAMMING", "LANCZOS"]
+
+
+@compares()
+@pytest.mark.parametrize("interp", INTERPS)
+@pytest.mark.parametrize("mode", ["L", "RGB", "RGBA", "LA", "I;16", "F"])
+def test_pil_resize_is_pillows(mode, interp):
+    """PIL images are resized by Pillow in both (RGBA and LA with premultiplied alpha, the
+    two passes in Pillow's order): exact, through the functional, Resize and
+    resized_crop, sizes shrinking and growing per axis."""
+    pil = _pil(mode)
+    for size in ([20, 25], [60, 81], [13, 200], [100, 7], 17, [37, 53]):
+        outs = [L.F.resize(pil, size, getattr(L.F.InterpolationMode, interp)) for L in (EM, TV)]
+        assert_exact(outs[0], outs[1], f"resize {size}")
+        outs = [L.T.Resize(size, getattr(L.F.InterpolationMode, interp))(pil) for L in (EM, TV)]
+        assert_exact(outs[0], outs[1], f"Resize {size}")
+    # resized_crop: Pillow's crop then Pillow's resize in torchvision (ours: the same
+    # crop, then Pillow's resize)
+    for box in ((3, 5, 25, 31), (0, 0, 37, 53), (10, 2, 9, 40)):
+        outs = [L.F.resized_crop(pil, *box, [19, 30], getattr(L.F.InterpolationMode, interp))
+                for L in (EM, TV)]
+        assert_exact(outs[0], outs[1], f"resized_crop {box}")
