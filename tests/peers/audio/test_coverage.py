@@ -1,8 +1,8 @@
 """Every name ember.audio shares with torchaudio is compared, with the same signature (#22).
 
 The shared names are found, not listed: the ``__all__`` of each ember module intersected with
-its torchaudio counterpart's. A shared name must be claimed by a comparison in test_parity.py
-(a case's ``compares`` or a test function's ``compares`` attribute) or sit in EXCLUDED with a
+its torchaudio counterpart's. A shared name must be claimed by a comparison in a test_parity*.py
+file (a case's ``compares`` or a test function's ``compares`` attribute) or sit in EXCLUDED with a
 reason, so new shared API fails here until it is compared. Signatures must agree in parameter
 names, kinds and defaults (annotations are spelled differently and are not compared).
 """
@@ -22,6 +22,7 @@ NAMESPACES = {
     "functional": ("ember.audio.functional", "torchaudio.functional"),
     "transforms": ("ember.audio.transforms", "torchaudio.transforms"),
     "models": ("ember.audio.models", "torchaudio.models"),
+    "compliance.kaldi": ("ember.audio.compliance.kaldi", "torchaudio.compliance.kaldi"),
 }
 
 # Shared names with no numeric comparison, and why. Keep this short.
@@ -38,20 +39,20 @@ def shared_names() -> set[str]:
 
 
 def claimed_names() -> set[str]:
-    path = Path(__file__).with_name("test_parity.py")
-    name = "_peers_audio_parity_claims"
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod   # dataclasses look their module up while the file executes
-    try:
-        spec.loader.exec_module(mod)
-    finally:
-        del sys.modules[name]
     out = set()
-    for case in mod.CASES:
-        out |= set(case.compares)
-    for obj in vars(mod).values():
-        out |= set(getattr(obj, "compares", ()))
+    for path in sorted(Path(__file__).parent.glob("test_parity*.py")):
+        name = f"_peers_audio_claims_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod   # dataclasses look their module up while the file executes
+        try:
+            spec.loader.exec_module(mod)
+        finally:
+            del sys.modules[name]
+        for case in getattr(mod, "CASES", ()):
+            out |= set(case.compares)
+        for obj in vars(mod).values():
+            out |= set(getattr(obj, "compares", ()))
     return out
 
 
