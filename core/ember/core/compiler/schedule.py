@@ -74,13 +74,34 @@ def _flat(vars_, sizes):
 
 def build(nodes: list, outer: list, name: str = "kernel") -> Kernel:
     """Lay ``nodes`` out as one kernel over ``outer``; raises Refused with the reason."""
-    xs = ir.index_vars("x", len(outer))
-    flat_o = _flat(xs, outer)
-    produced: dict[str, _Produced] = {}
-    # buffers read before any node of this kernel writes them: (stage, index) of each read
-    outside: dict[str, list] = {}
-    stages: list[Stage] = []
+    b = _Builder(outer)
     for node in nodes:
+        b.add(node)
+    return b.kernel(name)
+
+
+class _Builder:
+    """A kernel under construction over ``outer``: ``add`` lays out one more node or raises
+    Refused and leaves the kernel as it was (so the scheduler tries candidates one node at a
+    time instead of rebuilding the kernel for each)."""
+
+    def __init__(self, outer: list):
+        self.outer = list(outer)
+        self.xs = ir.index_vars("x", len(outer))
+        self.flat_o = _flat(self.xs, outer)
+        self.produced: dict[str, _Produced] = {}
+        # buffers read before any node of this kernel writes them: (stage, index) of each read
+        self.outside: dict[str, list] = {}
+        self.stages: list[Stage] = []
+        self.nodes: list = []
+        self.walks: set = set()  # how loads and stores walk memory (see ``_walk``)
+
+    def kernel(self, name: str) -> Kernel:
+        return Kernel(name, list(self.outer), self.stages, list(self.nodes))
+
+    def add(self, node) -> None:
+        outer, xs, flat_o, produced, stages = (self.outer, self.xs, self.flat_o, self.produced,
+                                               self.stages)
         size = node.buf.size
         if isinstance(node, Reduction):
             if not ir.same_sizes(size, outer):
@@ -125,17 +146,28 @@ def build(nodes: list, outer: list, name: str = "kernel") -> Kernel:
                 if p.stage == here:
                     subst[ld] = p.value
         # a loop variable over one element is 0 wherever it appears (a view of size 1 drops it)
-        ones = {v: 0 for v, n in zip(xs + ir.index_vars("r", len(rsizes)), list(outer) + rsizes)
+        ones = {v: 0 for v, n in zip(xs + ir.index_vars("r", len(rsizes)), outer + rsizes)
                 if ir.same(n, 1)}
-        for ld in ir.loads(expr):
-            if ld.buf not in produced:
-                outside.setdefault(ld.buf, []).append((here, ld.index.xreplace(ones)))
-        for b in ir.gathered(expr):
-            outside.setdefault(b, []).append((here, None))
+        reads = [(ld.buf, (here, ld.index.xreplace(ones))) for ld in ir.loads(expr)
+                 if ld.buf not in produced]
+        reads += [(b, (here, None)) for b in ir.gathered(expr)]
         _check_overwrite(node, expr, here, None if index is None else index.xreplace(ones),
-                         outside)
+                         self.outside.get(node.buf.name, []) +
+                         [r for b, r in reads if b == node.buf.name])
         if subst:
             expr = ir.map_loads(expr, lambda ld, s=subst: s.get(ld, ld))
+        walks = self.walks
+        if outer:
+            rs = ir.index_vars("r", len(rsizes)) if rsizes else []
+            walks = walks | {_walk(ld.index, xs[-1], rs) for ld in ir.loads(expr)}
+            if index is not None:
+                walks.add(_walk(index, xs[-1], rs))
+            if self.nodes and len(walks - {None}) > 1:  # one of the loops would run strided
+                raise Refused("mixes row-contiguous and column-contiguous loops")
+        # laid out: commit
+        self.walks = walks
+        for b, r in reads:
+            self.outside.setdefault(b, []).append(r)
         if not join:
             stages.append(Stage(kind, rsizes))
         stage = stages[here]
@@ -148,20 +180,17 @@ def build(nodes: list, outer: list, name: str = "kernel") -> Kernel:
             stage.items.append(Item("store", node, expr, index))
             produced[node.buf.name] = _Produced("scalar" if kind == "scalar" else "loop", here,
                                                 index, expr)
-    if len(nodes) > 1 and outer:
-        _check_orientation(stages, xs[-1])
-    return Kernel(name, list(outer), stages, list(nodes))
+        self.nodes.append(node)
 
 
-def _check_overwrite(node, expr, here: int, index, outside: dict) -> None:
+def _check_overwrite(node, expr, here: int, index, reads: list) -> None:
     """A node storing into a buffer this kernel has read (a graph input it overwrites, see
-    ``InputWrite``) may join only where every read of the old contents happens at the very
-    element it stores, in the same loop, before the store: another element's read could run
-    after the store (another thread, a later pass)."""
+    ``InputWrite``) may join only where every read of the old contents (``reads``: stage and
+    index of each) happens at the very element it stores, in the same loop, before the store:
+    another element's read could run after the store (another thread, a later pass)."""
     name = node.buf.name
     if name in ir.gathered(expr):
         raise Refused(f"{name} is read at data-dependent places and overwritten")
-    reads = outside.get(name, [])
     if reads and (index is None or any(st != here or i is None or not ir.same(i, index)
                                        for st, i in reads)):
         raise Refused(f"{name} is read at other elements or loops than its overwrite")
@@ -204,19 +233,97 @@ def loads_walk_outer(k: Kernel) -> bool:
     return "column" in walks and "row" not in walks
 
 
-def _check_orientation(stages, x_last) -> None:
-    """Refuse to mix loops that walk memory along the reduction index (rows) with loops
-    that walk it along the outer index (columns): one of them would run strided."""
-    seen = set()
-    for st in stages:
-        rs = ir.index_vars("r", len(st.rsizes)) if st.rsizes else []
-        for it in st.items:
-            seen |= {_walk(ld.index, x_last, rs) for ld in ir.loads(it.expr)}
-            if it.index is not None:
-                seen.add(_walk(it.index, x_last, rs))
-    seen.discard(None)
-    if len(seen) > 1:
-        raise Refused("mixes row-contiguous and column-contiguous loops")
+def _grouped(nodes: list, reads: list) -> list[int]:
+    """A run order of ``nodes`` (positions) in which each update chain of a graph that writes
+    its inputs in place (an optimizer step: a parameter's moments and the parameter itself) is
+    contiguous, so the greedy fusion below makes it one loop; lowering emits such graphs one
+    op over every parameter at a time. Only between externs and only in segments holding an
+    ``InputWrite``; every other order is left as it is.
+
+    Pointwise nodes of the same sizes joined by what they read from each other form a group;
+    groups go in order of their first node, each right after the nodes it needs (producers,
+    and readers of old contents it overwrites) when those need nothing from the group, else
+    node by node with their needs. Positions only move forward past nodes they do not
+    depend on, so this is a topological order of the dependencies the scheduler keeps."""
+    out: list[int] = []
+    start = 0
+    for i in range(len(nodes) + 1):
+        if i == len(nodes) or isinstance(nodes[i], Extern):
+            out += _group_segment(nodes, reads, list(range(start, i)))
+            out += [i] if i < len(nodes) else []
+            start = i + 1
+    return out
+
+
+def _group_segment(nodes: list, reads: list, idx: list[int]) -> list[int]:
+    if not any(isinstance(nodes[i], InputWrite) for i in idx):
+        return idx
+    writer = {nodes[i].buf.name: i for i in idx}
+    preds: dict[int, set[int]] = {i: set() for i in idx}
+    parent = {i: i for i in idx}
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for j in idx:
+        for b in reads[j]:
+            w = writer.get(b)
+            if w is None or w == j:
+                continue
+            if w > j:  # j reads the old contents w overwrites
+                preds[w].add(j)
+                continue
+            preds[j].add(w)
+            if isinstance(nodes[w], Pointwise) and isinstance(nodes[j], Pointwise) and \
+                    ir.same_sizes(nodes[w].buf.size, nodes[j].buf.size):
+                parent[find(j)] = find(w)
+    groups: dict[int, list[int]] = {}
+    for i in idx:
+        groups.setdefault(find(i), []).append(i)
+    emitted: set[int] = set()
+    out: list[int] = []
+
+    def needs(members: list[int], inside: set[int]) -> tuple[set[int], bool]:
+        """Unemitted ancestors of ``members`` outside ``inside``; whether one of them needs
+        a node of ``inside``."""
+        seen: set[int] = set()
+        stack = [p for m in members for p in preds[m] if p not in emitted and p not in inside]
+        clash = False
+        while stack:
+            p = stack.pop()
+            if p in seen:
+                continue
+            seen.add(p)
+            for q in preds[p]:
+                if q in inside:
+                    clash = True
+                elif q not in emitted and q not in seen:
+                    stack.append(q)
+        return seen, clash
+
+    def emit(xs):
+        for x in sorted(xs):
+            if x not in emitted:
+                emitted.add(x)
+                out.append(x)
+
+    for members in sorted(groups.values(), key=lambda g: g[0]):
+        todo = [m for m in members if m not in emitted]
+        if not todo:
+            continue
+        before, clash = needs(todo, set(todo))
+        if not clash:
+            emit(before)
+            emit(todo)
+            continue
+        for m in todo:
+            if m not in emitted:
+                emit(needs([m], set())[0])
+                emit([m])
+    return out
 
 
 def outer_for(nodes: list) -> list:
@@ -316,6 +423,8 @@ def schedule(nodes: list, output_names: set[str]) -> list:
     readers: dict[str, set[int]] = {}
     producer: dict[str, int] = {}
     reads = [ir.node_reads(n) for n in nodes]
+    order = _grouped(nodes, reads)
+    nodes, reads = [nodes[i] for i in order], [reads[i] for i in order]
     for i, n in enumerate(nodes):
         for b in reads[i]:
             readers.setdefault(b, set()).add(i)
@@ -328,18 +437,18 @@ def schedule(nodes: list, output_names: set[str]) -> list:
     current: list = []
     current_ids: set[int] = set()
     done: set[int] = set()
-    kernel = None
+    builder: _Builder | None = None
 
     def close():
-        nonlocal current, current_ids, kernel
+        nonlocal current, current_ids, builder
         if current:
             must = set(output_names)
             for n in current:
                 outside = readers.get(n.buf.name, set()) - current_ids
                 if outside or isinstance(n, InputWrite):
                     must.add(n.buf.name)
-            steps.append(_finalize(kernel, must))
-        current, current_ids, kernel = [], set(), None
+            steps.append(_finalize(builder.kernel(f"kernel{len(steps)}"), must))
+        current, current_ids, builder = [], set(), None
 
     def ready(j):
         """Node j's inputs are computed, and moving it here overtakes no node that still
@@ -351,18 +460,28 @@ def schedule(nodes: list, output_names: set[str]) -> list:
         name = nodes[j].buf.name
         return not any(k < j and k not in done for k in readers.get(name, ()))
 
+    def join(j):
+        """Add node j to the open kernel (raises Refused, leaving the kernel as it was)."""
+        nonlocal builder, current, current_ids
+        outer = outer_for(current + [nodes[j]])
+        if ir.same_sizes(outer, builder.outer):
+            builder.add(nodes[j])
+        else:  # a reduction sets the outer loops of a pointwise kernel: lay it out again
+            b = _Builder(outer)
+            for x in current + [nodes[j]]:
+                b.add(x)
+            builder = b
+        current, current_ids = current + [nodes[j]], current_ids | {j}
+        done.add(j)
+
     def pull_forward(start):
-        nonlocal current, current_ids, kernel
         for j in range(start, min(len(nodes), start + LOOKAHEAD)):
             if j in done or isinstance(nodes[j], Extern) or not ready(j):
                 continue
-            cand = current + [nodes[j]]
             try:
-                kernel = build(cand, outer_for(cand), f"kernel{len(steps)}")
+                join(j)
             except Refused:
                 continue
-            current, current_ids = cand, current_ids | {j}
-            done.add(j)
 
     for i, n in enumerate(nodes):
         if i in done:
@@ -373,17 +492,15 @@ def schedule(nodes: list, output_names: set[str]) -> list:
             done.add(i)
             continue
         if current:
-            cand = current + [n]
             try:
-                kernel = build(cand, outer_for(cand), f"kernel{len(steps)}")
-                current, current_ids = cand, current_ids | {i}
-                done.add(i)
+                join(i)
                 continue
             except Refused as e:
                 log.debug("not fusing %s into kernel%d: %s", n.buf.name, len(steps), e)
                 pull_forward(i + 1)
                 close()
-        kernel = build([n], outer_for([n]), f"kernel{len(steps)}")
+        builder = _Builder(outer_for([n]))
+        builder.add(n)
         current, current_ids = [n], {i}
         done.add(i)
     close()

@@ -69,6 +69,9 @@ class GraphLowering:
         self.env: dict[FxNode, object] = {}
         self.input_writes: Counter = Counter()  # placeholder -> FX nodes writing into it
         self.retargeted: set[int] = set()  # ids of buffers renamed to the input they overwrite
+        # what IR nodes and lazy values read, computed once (a value read later through a
+        # lazy realized since reads its buffer instead: only fresh names drop out)
+        self._reads: dict = {}
 
     def new_buffer(self, dtype, size, stride=None) -> Buffer:
         self._count += 1
@@ -93,6 +96,9 @@ class GraphLowering:
 
     def run(self) -> None:
         debug = log.isEnabledFor(logging.DEBUG)
+        self._order = {n: i for i, n in enumerate(self.gm.graph.nodes)}
+        self._last_use = {n: max((self._order[u] for u in n.users), default=-1)
+                          for n in self.gm.graph.nodes}
         for node in self.gm.graph.nodes:
             for a in _written_args(node):
                 root = _root(a)
@@ -329,7 +335,7 @@ class GraphLowering:
         if type(at) is not Pointwise or at.buf is not old or old.dtype != buf.dtype or \
                 not ir.same_sizes(old.size, buf.size) or not _contiguous(old):
             return False
-        if any(buf.name in ir.node_reads(n) for n in self.nodes[at.pos + 1:]) or \
+        if any(buf.name in self._reads_of(n) for n in self.nodes[at.pos + 1:]) or \
                 self._pending_readers({buf.name}, node):
             return False
         name, old.name = old.name, buf.name
@@ -345,13 +351,22 @@ class GraphLowering:
         """Lazy values not computed yet that read ``written`` and that a node after ``node``
         still reads."""
         out = []
+        now = self._order[node]
         for fx, value in self.env.items():
-            if not any(u is not node and u not in self.env for u in fx.users):
+            if self._last_use[fx] <= now:  # every reader lowered already (or this node)
                 continue
             for v in value if isinstance(value, (list, tuple)) else [value]:
-                if isinstance(v, Lazy) and v.realized is None and written & ir.reads_of(
-                        v.fn(ir.index_vars("x", len(v.size)))):
+                if isinstance(v, Lazy) and v.realized is None and written & self._reads_of(v):
                     out.append(v)
+        return out
+
+    def _reads_of(self, x) -> set[str]:
+        """Buffers an IR node or an unrealized lazy value reads (cached)."""
+        out = self._reads.get(x)
+        if out is None:
+            out = ir.node_reads(x) if not isinstance(x, Lazy) else \
+                ir.reads_of(x.fn(ir.index_vars("x", len(x.size))))
+            self._reads[x] = out
         return out
 
     def _realize_readers_of(self, written: set[str], node: FxNode) -> None:
