@@ -403,3 +403,20 @@ def test_pil_resize_is_pillows(mode, interp):
         outs = [L.F.resized_crop(pil, *box, [19, 30], getattr(L.F.InterpolationMode, interp))
                 for L in (EM, TV)]
         assert_exact(outs[0], outs[1], f"resized_crop {box}")
+
+
+# ---------------------------------------------------------------- colour ops, narrow range
+
+@compares()
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32], ids=["uint8", "float32"])
+@pytest.mark.parametrize("shape", [(3, 29, 41), (1, 17, 23), (2, 3, 3, 17, 23)],
+                         ids=["3ch", "1ch", "video"])
+def test_autocontrast_equalize_narrow_range(dtype, shape):
+    """Images that do not span the full range (random full-range images leave autocontrast
+    the identity): the same float operations and truncation as torchvision, so exact."""
+    g = torch.Generator().manual_seed(8)
+    x = (torch.randint(0, 256, shape, generator=g).float() * 0.55 + 31).to(torch.uint8)
+    x = x if dtype == torch.uint8 else x.to(dtype) / 255
+    for fn in ("autocontrast", "equalize"):
+        e, t = (getattr(L.F, fn)(L.tv.Image(x.clone())) for L in (EM, TV))
+        assert_exact(e, t, fn)
