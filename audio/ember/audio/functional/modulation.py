@@ -56,6 +56,8 @@ def phaser(waveform: Tensor, sample_rate: int, gain_in: float = 0.4, gain_out: f
                          f"at {sample_rate} Hz")
     if mod_speed <= 0:
         raise ValueError(f"mod_speed must be positive, got {mod_speed}")
+    if waveform.numel() == 0:
+        return waveform.clone()
     shape, device = waveform.shape, waveform.device
     rows = waveform.reshape(-1, shape[-1])
     time = rows.shape[-1]
@@ -100,6 +102,8 @@ def flanger(waveform: Tensor, sample_rate: int, delay: float = 0.0, depth: float
                          f"got {waveform.shape[-2]}")
     if speed <= 0 or int(sample_rate / speed) < 1:
         raise ValueError(f"speed must be positive and below sample_rate, got {speed}")
+    if waveform.numel() == 0:
+        return waveform.clone()
     shape, device = waveform.shape, waveform.device
     x = waveform.reshape(-1, shape[-2], shape[-1])
     channels, time = x.shape[-2], x.shape[-1]
