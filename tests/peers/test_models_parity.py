@@ -38,7 +38,7 @@ CASES = {
     "mnasnet0_5": 64, "mnasnet0_75": None, "mnasnet1_0": 64, "mnasnet1_3": None,
     "vit_b_16": None, "vit_b_32": 224, "vit_l_16": None, "vit_l_32": None, "vit_h_14": None,
     "mobilenet_v3_small": 64, "mobilenet_v3_large": None, "resnet18": None, "resnet34": None,
-    "resnet50": 64,
+    "resnet50": 64, "googlenet": 64, "inception_v3": 80,
 }
 
 
@@ -99,6 +99,43 @@ def test_builder_matches_torchvision(name, monkeypatch):
         out_o = ours(x)
     torch.testing.assert_close(out_o, out_t, rtol=1e-5, atol=1e-5)
     theirs.load_state_dict(ours.state_dict(), strict=True)
+
+
+@pytest.mark.parametrize("name", ["googlenet", pytest.param("inception_v3",
+                                                            marks=pytest.mark.slow)])
+def test_auxiliary_heads_and_pretrained_loading_match_torchvision(name, tmp_path):
+    """Training mode returns the auxiliary logits as torchvision's namedtuple; a checkpoint
+    with auxiliary heads loads with transform_input on and the heads dropped (googlenet) or
+    kept (inception_v3), as torchvision's pretrained weights do."""
+    torch.manual_seed(0)
+    theirs = tvm.get_model(name, init_weights=False)
+    randomise_norm_stats(theirs)
+    ours = em.get_model(name)
+    ours.load_state_dict(theirs.state_dict())
+    side = 299 if name == "inception_v3" else 80   # its auxiliary head needs the 17x17 grid
+    x = torch.rand(2, 3, side, side)
+    ours.train()
+    theirs.train()
+    torch.manual_seed(1)
+    out_t = theirs(x)
+    torch.manual_seed(1)
+    out_o = ours(x)
+    assert type(out_o).__name__ == type(out_t).__name__ and out_o._fields == out_t._fields
+    for a, b in zip(out_o, out_t):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    path = tmp_path / f"{name}.pth"
+    torch.save(theirs.state_dict(), path)
+    loaded = em.get_model(name, weights=str(path)).eval()
+    assert loaded.transform_input
+    reference = tvm.get_model(name, transform_input=True, init_weights=False).eval()
+    reference.load_state_dict(theirs.state_dict())
+    if name == "googlenet":
+        assert loaded.aux1 is None and not loaded.aux_logits
+    else:
+        assert loaded.AuxLogits is not None
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x[:, :, :80, :80]), reference(x[:, :, :80, :80]),
+                                   rtol=1e-5, atol=1e-5)
 
 
 def test_mnasnet_version1_checkpoints_load_as_in_torchvision():

@@ -40,7 +40,7 @@ PUBLISHED = {
     "mnasnet0_5": 2_218_512, "mnasnet0_75": 3_170_208, "mnasnet1_0": 4_383_312,
     "mnasnet1_3": 6_282_256,
     "vit_b_32": 88_224_232, "vit_l_16": 304_326_632, "vit_l_32": 306_535_400,
-    "vit_h_14": 632_045_800,
+    "vit_h_14": 632_045_800, "inception_v3": 27_161_264,
 }
 
 # real forwards: the smallest builder of each family at 32x32 (AlexNet needs 63+);
@@ -49,7 +49,7 @@ REAL_FORWARD = ["resnext50_32x4d", "mobilenet_v2", "squeezenet1_0", "alexnet", "
                 "shufflenet_v2_x0_5", "efficientnet_b0", "convnext_tiny", "regnet_y_400mf",
                 "mnasnet0_5"]
 META_FORWARD = {"vgg11_bn": 32, "wide_resnet50_2": 32, "efficientnet_v2_s": 32,
-                "regnet_x_400mf": 32, "vit_b_32": 224}
+                "regnet_x_400mf": 32, "vit_b_32": 224, "googlenet": 32, "inception_v3": 80}
 
 
 def n_params(m):
@@ -107,6 +107,12 @@ def test_builders_are_registered_and_exported():
         assert callable(getattr(models, name)) and name in models.__all__
     with pytest.raises(ValueError, match="groups"):
         models.resnext50_32x4d(groups=8)   # a builder's defining setting cannot change
+
+
+def test_googlenet_published_count_is_without_auxiliary_heads():
+    with torch.device("meta"):
+        assert n_params(models.googlenet(aux_logits=False)) == 6_624_904
+        assert n_params(models.googlenet()) == 13_004_888   # torchvision's default has them
 
 
 def test_densenet_loads_original_checkpoint_keys(tmp_path):

@@ -3,11 +3,12 @@
 ``get_model("resnet50", num_classes=10, weights="/path/state_dict.pt")``, ``list_models()``.
 """
 
-# the modules; alexnet's builder (imported below) takes its module's name, as in torchvision
+# the modules; alexnet and googlenet name their builders (imported below), as in torchvision
 from ember.vision.models import (
     convnext,
     densenet,
     efficientnet,
+    inception,
     mnasnet,
     mobilenetv2,
     mobilenetv3,
@@ -49,6 +50,8 @@ from ember.vision.models.efficientnet import (
     efficientnet_v2_m,
     efficientnet_v2_s,
 )
+from ember.vision.models.googlenet import GoogLeNet, googlenet
+from ember.vision.models.inception import Inception3, inception_v3
 from ember.vision.models.mnasnet import MNASNet, mnasnet0_5, mnasnet0_75, mnasnet1_0, mnasnet1_3
 from ember.vision.models.mobilenetv2 import MobileNetV2, mobilenet_v2
 from ember.vision.models.mobilenetv3 import MobileNetV3, mobilenet_v3_large, mobilenet_v3_small
@@ -120,6 +123,8 @@ __all__ = [
     "EfficientNet", "efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3",
     "efficientnet_b4", "efficientnet_b5", "efficientnet_b6", "efficientnet_b7",
     "efficientnet_v2_s", "efficientnet_v2_m", "efficientnet_v2_l",
+    "GoogLeNet", "googlenet",
+    "Inception3", "inception_v3",
     "MNASNet", "mnasnet0_5", "mnasnet0_75", "mnasnet1_0", "mnasnet1_3",
     "MobileNetV2", "mobilenet_v2",
     "MobileNetV3", "mobilenet_v3_large", "mobilenet_v3_small",
@@ -135,6 +140,6 @@ __all__ = [
     "SqueezeNet", "squeezenet1_0", "squeezenet1_1",
     "VGG", "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn",
     "VisionTransformer", "vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14",
-    "convnext", "densenet", "efficientnet", "mnasnet", "mobilenetv2", "mobilenetv3", "regnet",
-    "resnet", "retinanet", "shufflenetv2", "squeezenet", "vgg", "vision_transformer",
+    "convnext", "densenet", "efficientnet", "inception", "mnasnet", "mobilenetv2", "mobilenetv3",
+    "regnet", "resnet", "retinanet", "shufflenetv2", "squeezenet", "vgg", "vision_transformer",
 ]

@@ -19,3 +19,39 @@ def divisible(v: float, divisor: int = 8, min_value: int | None = None) -> int:
     min_value = divisor if min_value is None else min_value
     new = max(min_value, int(v + divisor / 2) // divisor * divisor)
     return new + divisor if new < 0.9 * v else new
+
+
+def read_state(weights) -> dict:
+    """A state_dict from a dict or a local ``torch.save`` file (nothing downloads), for
+    builders that must look at the checkpoint before building (auxiliary heads, old keys)."""
+    import os
+
+    import torch
+
+    if isinstance(weights, (str, os.PathLike)):
+        if not os.path.isfile(weights):
+            raise ValueError(f"weights must be a local state_dict file (nothing is downloaded), "
+                             f"got {str(weights)!r}, which does not exist")
+        weights = torch.load(weights, map_location="cpu", weights_only=True)
+    if not isinstance(weights, dict):
+        raise TypeError(f"weights must be a path or a state_dict, got {type(weights).__name__}")
+    if "state_dict" in weights and isinstance(weights["state_dict"], dict):
+        weights = weights["state_dict"]
+    return weights
+
+
+def load_with_aux(make, weights, kwargs: dict, aux_prefix: str, default_aux: bool):
+    """torchvision's pretrained GoogLeNet / Inception v3 loading: ``transform_input`` defaults
+    to True, the auxiliary heads load when the checkpoint has them and are dropped afterwards
+    unless ``aux_logits=True`` was asked for."""
+    want_aux = kwargs.get("aux_logits", default_aux)
+    if weights is None:
+        return make(**kwargs)
+    state = read_state(weights)
+    has_aux = any(k.startswith(aux_prefix) for k in state)
+    kwargs.setdefault("transform_input", True)
+    model = make(**{**kwargs, "aux_logits": has_aux or want_aux, "init_weights": False})
+    model.load_state_dict(state, strict=has_aux or not want_aux)
+    if not want_aux:
+        model.drop_aux()
+    return model
