@@ -39,6 +39,8 @@ CASES = {
     "vit_b_16": None, "vit_b_32": 224, "vit_l_16": None, "vit_l_32": None, "vit_h_14": None,
     "mobilenet_v3_small": 64, "mobilenet_v3_large": None, "resnet18": None, "resnet34": None,
     "resnet50": 64, "googlenet": 64, "inception_v3": 80,
+    "swin_t": 64, "swin_s": None, "swin_b": None, "swin_v2_t": 64, "swin_v2_s": None,
+    "swin_v2_b": None,
 }
 
 

@@ -17,6 +17,7 @@ from ember.vision.models import (
     retinanet,
     shufflenetv2,
     squeezenet,
+    swin_transformer,
     vgg,
     vision_transformer,
 )
@@ -95,6 +96,15 @@ from ember.vision.models.shufflenetv2 import (
     shufflenet_v2_x2_0,
 )
 from ember.vision.models.squeezenet import SqueezeNet, squeezenet1_0, squeezenet1_1
+from ember.vision.models.swin_transformer import (
+    SwinTransformer,
+    swin_b,
+    swin_s,
+    swin_t,
+    swin_v2_b,
+    swin_v2_s,
+    swin_v2_t,
+)
 from ember.vision.models.vgg import (
     VGG,
     vgg11,
@@ -138,8 +148,10 @@ __all__ = [
     "ShuffleNetV2", "shufflenet_v2_x0_5", "shufflenet_v2_x1_0", "shufflenet_v2_x1_5",
     "shufflenet_v2_x2_0",
     "SqueezeNet", "squeezenet1_0", "squeezenet1_1",
+    "SwinTransformer", "swin_t", "swin_s", "swin_b", "swin_v2_t", "swin_v2_s", "swin_v2_b",
     "VGG", "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn",
     "VisionTransformer", "vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14",
     "convnext", "densenet", "efficientnet", "inception", "mnasnet", "mobilenetv2", "mobilenetv3",
-    "regnet", "resnet", "retinanet", "shufflenetv2", "squeezenet", "vgg", "vision_transformer",
+    "regnet", "resnet", "retinanet", "shufflenetv2", "squeezenet", "swin_transformer", "vgg",
+    "vision_transformer",
 ]
