@@ -420,3 +420,111 @@ def test_autocontrast_equalize_narrow_range(dtype, shape):
     for fn in ("autocontrast", "equalize"):
         e, t = (getattr(L.F, fn)(L.tv.Image(x.clone())) for L in (EM, TV))
         assert_exact(e, t, fn)
+
+
+# ---------------------------------------------------------------- fill given per input type
+
+FILL_TRANSFORMS = {
+    "Pad": lambda L, fill: L.T.Pad([2, 3, 1, 4], fill=fill),
+    "RandomCrop": lambda L, fill: L.T.RandomCrop([30, 40], padding=5, fill=fill),
+    "RandomRotation": lambda L, fill: L.T.RandomRotation(40, fill=fill),
+    "RandomAffine": lambda L, fill: L.T.RandomAffine(20, translate=(0.2, 0.1), fill=fill),
+    "RandomPerspective": lambda L, fill: L.T.RandomPerspective(p=1.0, fill=fill),
+    "RandomZoomOut": lambda L, fill: L.T.RandomZoomOut(fill=fill, p=1.0),
+    "ElasticTransform": lambda L, fill: L.T.ElasticTransform(alpha=80.0, fill=fill),
+}
+FILLS = {"dict": lambda L: {L.tv.Image: 9, L.tv.Mask: 3},
+         "dict-seq": lambda L: {L.tv.Image: [10, 20, 30], "others": 7},
+         "others": lambda L: {"others": 5}, "number": lambda L: 6}
+
+
+@compares()
+@pytest.mark.parametrize("fill", sorted(FILLS))
+@pytest.mark.parametrize("name", sorted(FILL_TRANSFORMS))
+def test_fill_by_input_type(name, fill):
+    """``fill`` as a dict by input type (or "others"), as torchvision: image and mask each get
+    their own. Same seed, same draws; warps within a level on a few pixels (WARP_UINT8)."""
+    x = rand_image((3, 31, 43), torch.uint8, seed=12)
+    outs = []
+    for L in (EM, TV):
+        torch.manual_seed(4)
+        t = FILL_TRANSFORMS[name](L, FILLS[fill](L))
+        out = t({"image": L.tv.Image(x.clone()), "mask": L.tv.Mask(x[0] > 100)})
+        outs.append((plain(out["image"]), plain(out["mask"])))
+    for (e, t), what in zip(zip(*outs), ("image", "mask")):
+        assert (e.shape, e.dtype) == (t.shape, t.dtype), what
+        d = (e.int() - t.int()).abs()
+        assert int(d.max()) <= 1 and float((d > 0).float().mean()) <= 1e-3, (what, int(d.max()))
+
+
+@compares()
+@pytest.mark.parametrize("name", ["AugMix", "AutoAugment", "RandAugment", "TrivialAugmentWide"])
+def test_auto_augment_fill_by_input_type(name):
+    # AugMix looks the fill up for the plain batch it works on (an Image key does not apply),
+    # the others for the image itself; the same ops and fills as torchvision's
+    x = rand_image((3, 31, 43), torch.uint8, seed=13)
+    ref = TT.AugMix()
+
+    def tv_op(img, op, mag, interpolation, fill_):
+        return ref._apply_image_or_video_transform(
+            img, op, mag, interpolation=TT.InterpolationMode(interpolation.value),
+            fill={"others": fill_})
+
+    for fill in (lambda L: {L.tv.Image: 200}, lambda L: {"others": 90},
+                 lambda L: {torch.Tensor: [1, 2, 3]}):
+        outs = []
+        for L in (EM, TV):
+            torch.manual_seed(9)
+            with pytest.MonkeyPatch.context() as mp:
+                if L is EM:   # the kernels apart (compared elsewhere): the fills chosen
+                    mp.setattr(EA, "_apply_op", tv_op)
+                outs.append(plain(getattr(L.T, name)(fill=fill(L))(L.tv.Image(x.clone()))))
+        assert_exact(outs[0], outs[1], name)   # values (the patched kernel returns plain)
+
+
+@compares()
+def test_fill_errors():
+    for bad in ("white", {TT.Pad: "x"}, object()):
+        same_error(lambda L, bad=bad: L.T.RandomRotation(10, fill=bad))
+        same_error(lambda L, bad=bad: L.T.Pad(2, fill=bad))
+        same_error(lambda L, bad=bad: L.T.AugMix(fill=bad))
+
+
+# ---------------------------------------------------------------- random windows and corners
+
+@compares()
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("name", ["RandomResizedCrop", "RandomResizedCrop_narrow",
+                                  "RandomPerspective"])
+def test_random_window_and_corners_same_stream(name, seed):
+    """RandomResizedCrop's window and RandomPerspective's corners are drawn with
+    torchvision's random numbers in its order: the same seed moves image, boxes and mask
+    alike. Pixels: resize exact; the perspective warp within a level on a few pixels and
+    its nearest-neighbour mask on a few tie pixels (our float64 grid); boxes to float32
+    rounding."""
+    make = {"RandomResizedCrop": lambda L: L.T.RandomResizedCrop([19, 30], scale=(0.2, 0.9)),
+            "RandomResizedCrop_narrow": lambda L: L.T.RandomResizedCrop(
+                12, scale=(0.9, 1.0), ratio=(0.2, 0.3)),   # falls back to the centre crop
+            "RandomPerspective": lambda L: L.T.RandomPerspective(0.6, p=0.7)}[name]
+    x = rand_image((3, 31, 43), torch.uint8, seed=seed)
+    boxes = torch.tensor([[3.0, 4.0, 20.0, 25.0], [10.0, 2.0, 40.0, 12.0]])
+    outs = []
+    for L in (EM, TV):
+        torch.manual_seed(seed)
+        sample = {"image": L.tv.Image(x.clone()), "mask": L.tv.Mask(x[0] > 100),
+                  "boxes": L.tv.BoundingBoxes(boxes.clone(), format="XYXY",
+                                              canvas_size=(31, 43))}
+        outs.append(plain(make(L)(sample)))
+    e, t = outs
+    if name.startswith("RandomResizedCrop"):
+        assert_exact(e["mask"], t["mask"], "mask")
+    else:   # nearest warp: a sample point on a pixel edge may pick the neighbour (ties)
+        assert e["mask"].shape == t["mask"].shape
+        assert float((e["mask"] != t["mask"]).float().mean()) <= 5e-3
+    torch.testing.assert_close(e["boxes"], t["boxes"], atol=1e-4, rtol=1e-5)
+    d = (e["image"].int() - t["image"].int()).abs()
+    assert e["image"].shape == t["image"].shape
+    if name.startswith("RandomResizedCrop"):
+        assert int(d.max()) == 0
+    else:
+        assert int(d.max()) <= 1 and float((d > 0).float().mean()) <= 2e-3

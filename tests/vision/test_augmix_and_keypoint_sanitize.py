@@ -176,3 +176,19 @@ def test_autocontrast_uint8_uses_torchvisions_division():
     inv_scale = torch.tensor(100.0).mul(1.0 / 255)
     want = ((x.float() - 30) / inv_scale).clamp(0, 255).to(torch.uint8)
     assert torch.equal(F.autocontrast(x), want) and int(want.max()) == 254
+
+
+def test_fill_by_input_type():
+    x = tv.Image(torch.zeros(3, 4, 5, dtype=torch.uint8))
+    m = tv.Mask(torch.zeros(4, 5, dtype=torch.uint8))
+    out = T.Pad(1, fill={tv.Image: 9, tv.Mask: 3})({"i": x, "m": m})
+    assert int(out["i"][0, 0, 0]) == 9 and int(out["m"][0, 0]) == 3
+    out = T.Pad(1, fill={"others": 5})({"i": x, "m": m})
+    assert int(out["i"][0, 0, 0]) == 5 and int(out["m"][0, 0]) == 5
+    out = T.Pad(1, fill={tv.Mask: 3})(x)   # no entry for the image: None (0)
+    assert int(out[0, 0, 0]) == 0
+    pil = PIL.Image.new("RGB", (5, 4))
+    assert T.Pad(1, fill={PIL.Image.Image: [1, 2, 3]})(pil).getpixel((0, 0)) == (1, 2, 3)
+    for bad in ("white", {tv.Image: "x"}):
+        with pytest.raises(TypeError, match="fill"):
+            T.RandomRotation(10, fill=bad)

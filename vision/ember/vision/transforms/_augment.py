@@ -14,6 +14,8 @@ from ember.vision import tv_tensors
 from ember.vision.transforms import functional as F
 from ember.vision.transforms._transform import (
     Transform,
+    check_fill,
+    fill_for,
     is_image_like,
     plain,
     query_size,
@@ -190,7 +192,7 @@ class _AutoAugmentBase(Transform):
         if not isinstance(per_sample, bool):
             raise TypeError(f"per_sample must be a bool, got {per_sample!r}")
         self.interpolation = as_interpolation(interpolation)
-        self.fill = fill
+        self.fill = check_fill(fill)
         self.per_sample = per_sample
 
     def program(self, h: int, w: int) -> list[tuple[str, float]]:
@@ -198,9 +200,10 @@ class _AutoAugmentBase(Transform):
         raise NotImplementedError
 
     def augment(self, img, h: int, w: int):
+        fill = fill_for(self.fill, img)
         if not self.per_sample:
             for name, mag in self.program(h, w):
-                img = _apply_op(img, name, mag, self.interpolation, self.fill)
+                img = _apply_op(img, name, mag, self.interpolation, fill)
             return img
         if img.ndim < (5 if isinstance(img, tv_tensors.Video) else 4):
             raise ValueError(f"per_sample=True needs a batched input (dim 0 = batch), got "
@@ -214,7 +217,7 @@ class _AutoAugmentBase(Transform):
             idx = torch.tensor(rows, device=img.device)
             part = plain(img).index_select(0, idx)
             for name, mag in prog:
-                part = _apply_op(part, name, mag, self.interpolation, self.fill)
+                part = _apply_op(part, name, mag, self.interpolation, fill)
             out.index_copy_(0, idx, plain(part))
         return tv_tensors.wrap(out, like=img) if isinstance(img, tv_tensors.TVTensor) else out
 
@@ -489,10 +492,11 @@ class AugMix(_AutoAugmentBase):
             torch.tensor([self.alpha] * self.mixture_width, device=batch.device).expand(n, -1)
         ) * m[:, 1].reshape(n, -1)
         mix = m[:, 0].reshape(bshape) * batch
+        fill = fill_for(self.fill, batch)   # the batch is a plain tensor, as torchvision's
         for i in range(self.mixture_width):
             aug = batch
             for name, mag in self.chain(h, w):
-                aug = _apply_op(aug, name, mag, self.interpolation, self.fill)
+                aug = _apply_op(aug, name, mag, self.interpolation, fill)
             mix.add_(weights[:, i].reshape(bshape) * aug)
         return mix.reshape(dims).to(x.dtype)
 

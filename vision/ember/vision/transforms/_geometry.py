@@ -13,7 +13,9 @@ from ember.vision.transforms._transform import (
     RandomTransform,
     Transform,
     batch_info,
+    check_fill,
     check_range,
+    fill_for,
     query_size,
     uniform,
 )
@@ -128,10 +130,10 @@ class Pad(Transform):
         if padding_mode not in ("constant", "edge", "reflect", "symmetric"):
             raise ValueError(f"padding_mode must be constant, edge, reflect or symmetric, "
                              f"got {padding_mode!r}")
-        self.padding, self.fill, self.padding_mode = padding, fill, padding_mode
+        self.padding, self.fill, self.padding_mode = padding, check_fill(fill), padding_mode
 
     def transform(self, inpt, params):
-        return F.pad(inpt, self.padding, self.fill, self.padding_mode)
+        return F.pad(inpt, self.padding, fill_for(self.fill, inpt), self.padding_mode)
 
 
 class RandomCrop(Transform):
@@ -146,7 +148,7 @@ class RandomCrop(Transform):
         if padding is not None:
             parse_padding(padding)
         self.padding, self.pad_if_needed = padding, pad_if_needed
-        self.fill, self.padding_mode = fill, padding_mode
+        self.fill, self.padding_mode = check_fill(fill), padding_mode
         self.per_sample = _check_per_sample(per_sample)
 
     def make_params(self, leaves):
@@ -172,8 +174,31 @@ class RandomCrop(Transform):
 
     def transform(self, inpt, params):
         if params["padding"] is not None:
-            inpt = F.pad(inpt, params["padding"], self.fill, self.padding_mode)
+            inpt = F.pad(inpt, params["padding"], fill_for(self.fill, inpt), self.padding_mode)
         return F.crop(inpt, params["top"], params["left"], *self.size)
+
+
+def _one_resized_crop(h: int, w: int, scale, ratio) -> dict[str, int]:
+    """One RandomResizedCrop window drawn as torchvision draws it (the same random numbers
+    in the same order, float64 sizes), so a seed gives torchvision's window."""
+    log_r = torch.log(torch.tensor(ratio))
+    for _ in range(10):
+        target = h * w * torch.empty(1).uniform_(scale[0], scale[1]).item()
+        aspect = torch.exp(torch.empty(1).uniform_(float(log_r[0]), float(log_r[1]))).item()
+        cw = int(round(math.sqrt(target * aspect)))
+        ch = int(round(math.sqrt(target / aspect)))
+        if 0 < cw <= w and 0 < ch <= h:
+            top = int(torch.randint(0, h - ch + 1, size=(1,)))
+            left = int(torch.randint(0, w - cw + 1, size=(1,)))
+            return {"top": top, "left": left, "height": ch, "width": cw}
+    in_ratio = w / h
+    if in_ratio < min(ratio):
+        cw, ch = w, int(round(w / min(ratio)))
+    elif in_ratio > max(ratio):
+        cw, ch = int(round(h * max(ratio))), h
+    else:
+        cw, ch = w, h
+    return {"top": (h - ch) // 2, "left": (w - cw) // 2, "height": ch, "width": cw}
 
 
 def resized_crop_params(h: int, w: int, scale, ratio, n: int, device) -> tuple[torch.Tensor, ...]:
@@ -231,8 +256,7 @@ class RandomResizedCrop(Transform):
             n, dev = batch_info(leaves)
             return dict(zip(("top", "left", "height", "width"),
                             resized_crop_params(h, w, self.scale, self.ratio, n, dev)))
-        vals = resized_crop_params(h, w, self.scale, self.ratio, 1, "cpu")
-        return {k: int(v[0]) for k, v in zip(("top", "left", "height", "width"), vals)}
+        return _one_resized_crop(h, w, self.scale, self.ratio)
 
     def transform(self, inpt, params):
         return F.resized_crop(inpt, params["top"], params["left"], params["height"],
@@ -249,7 +273,7 @@ class RandomRotation(Transform):
         super().__init__()
         self.degrees = check_range(degrees, "degrees", bound=(-math.inf, math.inf))
         self.interpolation = as_interpolation(interpolation)
-        self.expand, self.center, self.fill = expand, center, fill
+        self.expand, self.center, self.fill = expand, center, check_fill(fill)
         self.per_sample = _check_per_sample(per_sample)
         if per_sample and expand:
             raise ValueError("expand=True cannot be combined with per_sample=True "
@@ -261,7 +285,7 @@ class RandomRotation(Transform):
 
     def transform(self, inpt, params):
         return F.rotate(inpt, params["angle"], self.interpolation, self.expand, self.center,
-                        self.fill)
+                        fill_for(self.fill, inpt))
 
 
 class RandomAffine(Transform):
@@ -287,7 +311,7 @@ class RandomAffine(Transform):
             shear = tuple(float(s) for s in shear)
         self.translate, self.scale, self.shear = translate, scale, shear
         self.interpolation = as_interpolation(interpolation)
-        self.fill, self.center = fill, center
+        self.fill, self.center = check_fill(fill), center
         self.per_sample = _check_per_sample(per_sample)
 
     def make_params(self, leaves):
@@ -312,7 +336,8 @@ class RandomAffine(Transform):
 
     def transform(self, inpt, params):
         return F.affine(inpt, params["angle"], params["translate"], params["scale"],
-                        params["shear"], self.interpolation, self.fill, self.center)
+                        params["shear"], self.interpolation, fill_for(self.fill, inpt),
+                        self.center)
 
 
 class RandomPerspective(RandomTransform):
@@ -327,13 +352,22 @@ class RandomPerspective(RandomTransform):
             raise ValueError(f"distortion_scale must be in [0, 1], got {distortion_scale!r}")
         self.distortion_scale = distortion_scale
         self.interpolation = as_interpolation(interpolation)
-        self.fill = fill
+        self.fill = check_fill(fill)
 
     def make_params(self, leaves):
         h, w = query_size(leaves)
-        n, dev = batch_info(leaves) if self.per_sample else (1, "cpu")
         bh = int(self.distortion_scale * (h // 2)) + 1
         bw = int(self.distortion_scale * (w // 2)) + 1
+        starts = [[0, 0], [w - 1, 0], [w - 1, h - 1], [0, h - 1]]
+        if not self.per_sample:  # torchvision's draws, in its order: a seed gives its corners
+
+            def draw(lo, hi):
+                return int(torch.randint(lo, hi, size=(1,)))
+
+            ends = [[draw(0, bw), draw(0, bh)], [draw(w - bw, w), draw(0, bh)],
+                    [draw(w - bw, w), draw(h - bh, h)], [draw(0, bw), draw(h - bh, h)]]
+            return {"startpoints": starts, "endpoints": ends}
+        n, dev = batch_info(leaves)
         dx = (torch.rand(n, 4) * bw).floor()
         dy = (torch.rand(n, 4) * bh).floor()
         ends = torch.stack([
@@ -341,15 +375,12 @@ class RandomPerspective(RandomTransform):
             torch.stack([w - dx[:, 1] - 1, dy[:, 1]], -1),
             torch.stack([w - dx[:, 2] - 1, h - dy[:, 2] - 1], -1),
             torch.stack([dx[:, 3], h - dy[:, 3] - 1], -1)], 1)
-        starts = torch.tensor([[0, 0], [w - 1, 0], [w - 1, h - 1], [0, h - 1]],
-                              dtype=ends.dtype).expand_as(ends)
-        if not self.per_sample:
-            starts, ends = starts[0].tolist(), ends[0].tolist()
+        starts = torch.tensor(starts, dtype=ends.dtype).expand_as(ends)
         return {"startpoints": starts, "endpoints": ends}
 
     def transform(self, inpt, params):
         return F.perspective(inpt, params["startpoints"], params["endpoints"], self.interpolation,
-                             self.fill)
+                             fill_for(self.fill, inpt))
 
 
 __all__: Sequence[str] = [
@@ -446,7 +477,7 @@ class RandomZoomOut(RandomTransform):
         super().__init__(p)
         if len(side_range) != 2 or not 1.0 <= side_range[0] <= side_range[1]:
             raise ValueError(f"side_range must be (lo, hi) with 1 <= lo <= hi, got {side_range!r}")
-        self.fill, self.side_range = fill, tuple(float(v) for v in side_range)
+        self.fill, self.side_range = check_fill(fill), tuple(float(v) for v in side_range)
 
     def make_params(self, leaves):
         h, w = query_size(leaves)
@@ -458,7 +489,7 @@ class RandomZoomOut(RandomTransform):
         return {"padding": [left, top, cw - left - w, ch - top - h]}
 
     def transform(self, inpt, params):
-        return F.pad(inpt, params["padding"], fill=self.fill)
+        return F.pad(inpt, params["padding"], fill=fill_for(self.fill, inpt))
 
 
 class RandomIoUCrop(Transform):
@@ -578,7 +609,7 @@ class ElasticTransform(Transform):
         self.alpha = self._pair(alpha, "alpha")
         self.sigma = self._pair(sigma, "sigma")
         self.interpolation = as_interpolation(interpolation)
-        self.fill = fill
+        self.fill = check_fill(fill)
 
     @staticmethod
     def _pair(v, name):
@@ -604,4 +635,5 @@ class ElasticTransform(Transform):
         return {"displacement": torch.cat([dx, dy], 1).permute(0, 2, 3, 1)}
 
     def transform(self, inpt, params):
-        return F.elastic(inpt, params["displacement"], self.interpolation, self.fill)
+        return F.elastic(inpt, params["displacement"], self.interpolation,
+                         fill_for(self.fill, inpt))

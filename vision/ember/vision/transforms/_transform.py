@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -120,6 +121,28 @@ def check_range(value, name: str, center: float | None = None, bound=(0.0, math.
         raise ValueError(f"{name} must lie in [{bound[0]}, {bound[1]}] with min <= max, "
                          f"got {value!r}")
     return float(lo), float(hi)
+
+
+def check_fill(fill: Any) -> Any:
+    """``fill`` checked as torchvision does: None, a number, a sequence of numbers, or a dict
+    of those keyed by input type (or "others"); TypeError otherwise."""
+    values = fill.values() if isinstance(fill, dict) else (fill,)
+    for v in values:
+        if isinstance(v, dict) or not (v is None or isinstance(v, (numbers.Number, tuple, list))):
+            raise TypeError(f"fill must be None, a number, a tuple or list of numbers, or a "
+                            f"dict of those by input type, got {v!r}")
+    return fill
+
+
+def fill_for(fill: Any, inpt: Any) -> Any:
+    """The fill for one leaf: a dict is looked up by the leaf's type (PIL images under
+    ``PIL.Image.Image``), then its "others" key, else None, as torchvision's."""
+    if not isinstance(fill, dict):
+        return fill
+    cls = PIL.Image.Image if isinstance(inpt, PILImage) else type(inpt)
+    if cls in fill:
+        return fill[cls]
+    return fill.get("others")
 
 
 def _chunk_plan(targets: Sequence) -> tuple[int, int] | None:
