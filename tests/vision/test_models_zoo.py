@@ -43,6 +43,7 @@ PUBLISHED = {
     "vit_h_14": 632_045_800, "inception_v3": 27_161_264,
     "swin_t": 28_288_354, "swin_s": 49_606_258, "swin_b": 87_768_224,
     "swin_v2_t": 28_351_570, "swin_v2_s": 49_737_442, "swin_v2_b": 87_930_848,
+    "maxvit_t": 30_919_624,
 }
 
 # real forwards: the smallest builder of each family at 32x32 (AlexNet needs 63+);
@@ -52,7 +53,7 @@ REAL_FORWARD = ["resnext50_32x4d", "mobilenet_v2", "squeezenet1_0", "alexnet", "
                 "mnasnet0_5", "swin_v2_t"]
 META_FORWARD = {"vgg11_bn": 32, "wide_resnet50_2": 32, "efficientnet_v2_s": 32,
                 "regnet_x_400mf": 32, "vit_b_32": 224, "googlenet": 32, "inception_v3": 80,
-                "swin_t": 64}
+                "swin_t": 64, "maxvit_t": 224}
 
 
 def n_params(m):

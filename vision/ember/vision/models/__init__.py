@@ -9,6 +9,7 @@ from ember.vision.models import (
     densenet,
     efficientnet,
     inception,
+    maxvit,
     mnasnet,
     mobilenetv2,
     mobilenetv3,
@@ -53,6 +54,7 @@ from ember.vision.models.efficientnet import (
 )
 from ember.vision.models.googlenet import GoogLeNet, googlenet
 from ember.vision.models.inception import Inception3, inception_v3
+from ember.vision.models.maxvit import MaxVit, maxvit_t
 from ember.vision.models.mnasnet import MNASNet, mnasnet0_5, mnasnet0_75, mnasnet1_0, mnasnet1_3
 from ember.vision.models.mobilenetv2 import MobileNetV2, mobilenet_v2
 from ember.vision.models.mobilenetv3 import MobileNetV3, mobilenet_v3_large, mobilenet_v3_small
@@ -135,6 +137,7 @@ __all__ = [
     "efficientnet_v2_s", "efficientnet_v2_m", "efficientnet_v2_l",
     "GoogLeNet", "googlenet",
     "Inception3", "inception_v3",
+    "MaxVit", "maxvit_t",
     "MNASNet", "mnasnet0_5", "mnasnet0_75", "mnasnet1_0", "mnasnet1_3",
     "MobileNetV2", "mobilenet_v2",
     "MobileNetV3", "mobilenet_v3_large", "mobilenet_v3_small",
@@ -151,7 +154,7 @@ __all__ = [
     "SwinTransformer", "swin_t", "swin_s", "swin_b", "swin_v2_t", "swin_v2_s", "swin_v2_b",
     "VGG", "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn",
     "VisionTransformer", "vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14",
-    "convnext", "densenet", "efficientnet", "inception", "mnasnet", "mobilenetv2", "mobilenetv3",
-    "regnet", "resnet", "retinanet", "shufflenetv2", "squeezenet", "swin_transformer", "vgg",
-    "vision_transformer",
+    "convnext", "densenet", "efficientnet", "inception", "maxvit", "mnasnet", "mobilenetv2",
+    "mobilenetv3", "regnet", "resnet", "retinanet", "shufflenetv2", "squeezenet",
+    "swin_transformer", "vgg", "vision_transformer",
 ]
