@@ -134,7 +134,8 @@ def test_densenet_loads_original_checkpoint_keys(tmp_path):
         assert torch.equal(a(x), b(x))
 
 
-@pytest.mark.parametrize("name", ["squeezenet1_1"])
+@pytest.mark.parametrize("name", ["squeezenet1_1", pytest.param(
+    "shufflenet_v2_x0_5", marks=pytest.mark.slow)])   # ~20 s of compile on 2 cores
 def test_compiled_matches_eager(name):
     torch.manual_seed(0)
     m = models.get_model(name, num_classes=4).eval()
