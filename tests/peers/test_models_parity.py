@@ -107,9 +107,8 @@ def test_builder_matches_torchvision(name, monkeypatch):
 @pytest.mark.parametrize("name", ["googlenet", pytest.param("inception_v3",
                                                             marks=pytest.mark.slow)])
 def test_auxiliary_heads_and_pretrained_loading_match_torchvision(name, tmp_path):
-    """Training mode returns the auxiliary logits as torchvision's namedtuple; a checkpoint
-    with auxiliary heads loads with transform_input on and the heads dropped (googlenet) or
-    kept (inception_v3), as torchvision's pretrained weights do."""
+    """Training mode returns torchvision's namedtuple with auxiliary logits; a checkpoint loads
+    as torchvision's pretrained ones do (transform_input on, aux heads dropped or kept)."""
     torch.manual_seed(0)
     theirs = tvm.get_model(name, init_weights=False)
     randomise_norm_stats(theirs)

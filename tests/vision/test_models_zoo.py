@@ -75,9 +75,8 @@ def test_meta_forward_shapes(name):
 
 
 def quick_build(name, **kwargs):
-    """The model built on the meta device (its init code runs, cheaply), then materialised on
-    the CPU with scaled random weights and identity norm statistics: the builders' own init
-    (trunc_normal_ over 28M ConvNeXt weights, ...) dominated these tests' time."""
+    """Built on the meta device, materialised with quick scaled random weights: the builders'
+    own init (trunc_normal_ over ConvNeXt's 28M weights, ...) dominated these tests' time."""
     with torch.device("meta"):
         m = models.get_model(name, **kwargs)
     m = m.to_empty(device="cpu")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
+import torch
+
 
 def fixed(kwargs: dict, **values) -> dict:
     """``kwargs`` with ``values`` set; a caller's different value for one raises, as in
@@ -24,10 +28,6 @@ def divisible(v: float, divisor: int = 8, min_value: int | None = None) -> int:
 def read_state(weights) -> dict:
     """A state_dict from a dict or a local ``torch.save`` file (nothing downloads), for
     builders that must look at the checkpoint before building (auxiliary heads, old keys)."""
-    import os
-
-    import torch
-
     if isinstance(weights, (str, os.PathLike)):
         if not os.path.isfile(weights):
             raise ValueError(f"weights must be a local state_dict file (nothing is downloaded), "
@@ -41,9 +41,8 @@ def read_state(weights) -> dict:
 
 
 def load_with_aux(make, weights, kwargs: dict, aux_prefix: str, default_aux: bool):
-    """torchvision's pretrained GoogLeNet / Inception v3 loading: ``transform_input`` defaults
-    to True, the auxiliary heads load when the checkpoint has them and are dropped afterwards
-    unless ``aux_logits=True`` was asked for."""
+    """torchvision's pretrained GoogLeNet / Inception v3 loading: ``transform_input`` on,
+    auxiliary heads loaded when present, then dropped unless ``aux_logits`` was asked for."""
     want_aux = kwargs.get("aux_logits", default_aux)
     if weights is None:
         return make(**kwargs)

@@ -3,7 +3,6 @@ state_dict names; the original checkpoints' ``norm.1``-style keys load too."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections import OrderedDict
 
@@ -13,6 +12,7 @@ from torch import nn
 from torch.utils import checkpoint
 
 from ember.vision.models._registry import load_weights, register_model
+from ember.vision.models._utils import read_state
 
 
 class _DenseLayer(nn.Module):
@@ -121,13 +121,7 @@ def _renamed(weights):
     """The original DenseNet checkpoints name ``norm1`` as ``norm.1``: rename on load."""
     if weights is None:
         return None
-    if isinstance(weights, (str, os.PathLike)) and os.path.isfile(weights):
-        weights = torch.load(weights, map_location="cpu", weights_only=True)
-    if not isinstance(weights, dict):
-        return weights   # load_weights reports the error
-    if "state_dict" in weights and isinstance(weights["state_dict"], dict):
-        weights = weights["state_dict"]
-    return OrderedDict((_LEGACY_KEY.sub(r"\1\2", k), v) for k, v in weights.items())
+    return OrderedDict((_LEGACY_KEY.sub(r"\1\2", k), v) for k, v in read_state(weights).items())
 
 
 def _densenet(growth, blocks, init, weights, **kwargs) -> DenseNet:

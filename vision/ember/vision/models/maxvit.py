@@ -1,6 +1,5 @@
-"""MaxViT-T (Tu et al., 2022), torchvision's layout and state_dict names, built from
-ember.vision.ops blocks: each layer is an MBConv, then window (local) and grid (dilated,
-global) partitioned attention."""
+"""MaxViT-T (Tu et al.), torchvision's layout and state_dict names, from ember.vision.ops
+blocks: each layer is an MBConv, then window (local) and grid (global) attention."""
 
 from __future__ import annotations
 

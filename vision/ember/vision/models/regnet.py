@@ -93,9 +93,8 @@ class BlockParams:
     def from_init_params(cls, depth: int, w_0: int, w_a: float, w_m: float, group_width: int,
                          bottleneck_multiplier: float = 1.0, se_ratio: float | None = None,
                          **kwargs) -> BlockParams:
-        """The paper's rule: block j has width ``w_0 * w_m ** round(log(u_j / w_0) / log(w_m))``
-        with ``u_j = w_0 + w_a * j``, quantised to 8; runs of equal width form the stages.
-        Computed in float32 torch arithmetic as torchvision does, so the widths agree."""
+        """Block j's width ``w_0 * w_m ** round(log((w_0 + w_a j) / w_0) / log(w_m))``, to 8s;
+        equal-width runs are the stages (float32 torch arithmetic, as torchvision's)."""
         if w_a < 0 or w_0 <= 0 or w_m <= 1 or w_0 % 8 != 0:
             raise ValueError("Invalid RegNet settings")
         linear = torch.arange(depth, device="cpu") * w_a + w_0   # on CPU under any default

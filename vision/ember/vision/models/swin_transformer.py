@@ -1,8 +1,5 @@
-"""Swin Transformer V1 (Liu et al., 2021) and V2 (Liu et al., 2022) tiny/small/base,
-torchvision's layout and state_dict names, built from ember.vision.ops blocks.
-
-Tensors run channels-last ``[B, H, W, C]`` between the patch embedding and the head.
-"""
+"""Swin Transformer V1 and V2 tiny/small/base (Liu et al.), torchvision's layout and
+state_dict names, from ember.vision.ops blocks; channels-last ``[B, H, W, C]`` inside."""
 
 from __future__ import annotations
 
@@ -83,9 +80,8 @@ def shifted_window_attention(input: Tensor, qkv_weight: Tensor, proj_weight: Ten
                              attention_dropout: float = 0.0, dropout: float = 0.0,
                              qkv_bias: Tensor | None = None, proj_bias: Tensor | None = None,
                              logit_scale: Tensor | None = None, training: bool = True) -> Tensor:
-    """Window multi-head self-attention on ``[B, H, W, C]`` with a relative position bias,
-    cyclically shifted by ``shift_size`` (masked across the wrap); scaled cosine attention
-    when ``logit_scale`` is given (V2)."""
+    """Window self-attention on ``[B, H, W, C]`` with a relative position bias, cyclically
+    shifted (masked across the wrap); scaled cosine attention given ``logit_scale`` (V2)."""
     b, h, w, c = input.shape
     wh, ww = window_size
     x = F.pad(input, (0, 0, 0, (ww - w % ww) % ww, 0, (wh - h % wh) % wh))
