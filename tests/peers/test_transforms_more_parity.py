@@ -528,3 +528,69 @@ def test_random_window_and_corners_same_stream(name, seed):
         assert int(d.max()) == 0
     else:
         assert int(d.max()) <= 1 and float((d > 0).float().mean()) <= 2e-3
+
+
+# ---------------------------------------------------------------- the random stream
+
+STREAM_CASES = {
+    "RandomCrop": lambda L: L.T.RandomCrop(20, padding=3, pad_if_needed=True),
+    "RandomRotation": lambda L: L.T.RandomRotation(35),
+    "RandomAffine": lambda L: L.T.RandomAffine(25, translate=(0.1, 0.2), scale=(0.8, 1.2),
+                                               shear=(-5, 5, -3, 3)),
+    "RandomResizedCrop": lambda L: L.T.RandomResizedCrop(20),
+    "RandomPerspective": lambda L: L.T.RandomPerspective(),
+    "RandomErasing": lambda L: L.T.RandomErasing(p=0.9, value="random"),
+    "ColorJitter": lambda L: L.T.ColorJitter(0.3, 0.3, 0.3, 0.1),
+    "GaussianBlur": lambda L: L.T.GaussianBlur(5, (0.1, 2.0)),
+    "RandomZoomOut": lambda L: L.T.RandomZoomOut(p=0.9),
+    "RandomIoUCrop": lambda L: L.T.RandomIoUCrop(),
+    "ElasticTransform": lambda L: L.T.ElasticTransform(),
+    "ScaleJitter": lambda L: L.T.ScaleJitter((30, 40)),
+    "RandomShortestSize": lambda L: L.T.RandomShortestSize([15, 20, 25], max_size=40),
+    "RandomPhotometricDistort": lambda L: L.T.RandomPhotometricDistort(),
+    "RandomOrder": lambda L: L.T.RandomOrder([L.T.RandomHorizontalFlip(), L.T.CenterCrop(20)]),
+    "TrivialAugmentWide": lambda L: L.T.TrivialAugmentWide(),
+    "RandAugment": lambda L: L.T.RandAugment(),
+    "AutoAugment": lambda L: L.T.AutoAugment(),
+    "AugMix": lambda L: L.T.AugMix(),
+}
+_IMAGE_ONLY = {"RandomErasing", "ColorJitter", "GaussianBlur", "RandomPhotometricDistort",
+               "TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix"}
+
+
+@compares()
+@pytest.mark.parametrize("name", sorted(STREAM_CASES))
+def test_random_stream_left_as_torchvision_leaves_it(name):
+    """After each call, the global generator is where torchvision leaves it (the same draws,
+    no extra or missing ones, e.g. TrivialAugmentWide's bin for ops without magnitudes), and
+    the outputs have torchvision's shapes, over 12 seeds."""
+    for seed in range(12):
+        x = rand_image((3, 31, 43), torch.uint8, seed=seed)
+        res = []
+        for L in (EM, TV):
+            torch.manual_seed(seed)
+            s = {"image": L.tv.Image(x.clone())}
+            if name not in _IMAGE_ONLY:
+                s["mask"] = L.tv.Mask(x[0] > 100)
+                s["boxes"] = L.tv.BoundingBoxes([[3.0, 4.0, 20.0, 25.0], [10.0, 2.0, 40.0, 12.0]],
+                                                format="XYXY", canvas_size=(31, 43))
+                s["labels"] = torch.tensor([1, 2])
+            out = STREAM_CASES[name](L)(s)
+            res.append(({k: tuple(v.shape) for k, v in out.items()}, torch.rand(4)))
+        assert res[0][0] == res[1][0], (seed, res[0][0], res[1][0])
+        assert torch.equal(res[0][1], res[1][1]), seed
+
+
+@compares()
+@pytest.mark.parametrize("value", ["random", 0.5, (0.1, 0.2, 0.3)], ids=str)
+def test_random_erasing_same_stream(value):
+    """torchvision's rectangles (and its N(0, 1) noise for value="random") for the same seed:
+    float images exact."""
+    for seed in range(10):
+        x = rand_image((3, 31, 43), torch.float32, seed=seed)
+        outs = []
+        for L in (EM, TV):
+            torch.manual_seed(seed)
+            outs.append(L.T.RandomErasing(p=0.8, value=value, scale=(0.02, 0.6))(
+                L.tv.Image(x.clone())))
+        assert_exact(outs[0], outs[1], f"seed {seed}")

@@ -241,7 +241,7 @@ class _AutoAugmentBase(Transform):
 
 def _signed(mags: torch.Tensor, signed: bool, k: int | None) -> float:
     mag = float(mags[k]) if k is not None and mags.ndim else 0.0
-    return -mag if signed and float(torch.rand(())) < 0.5 else mag
+    return -mag if signed and float(torch.rand(())) <= 0.5 else mag
 
 
 class AutoAugmentPolicy(enum.Enum):
@@ -413,7 +413,9 @@ class TrivialAugmentWide(_AutoAugmentBase):
         names = list(spaces)
         name = names[int(torch.randint(len(names), ()))]
         mags, signed = spaces[name]
-        return [(name, _signed(mags, signed, int(torch.randint(self.num_magnitude_bins, ()))))]
+        # the bin is drawn only for ops with magnitudes, as torchvision draws it
+        k = int(torch.randint(self.num_magnitude_bins, ())) if mags.ndim else None
+        return [(name, _signed(mags, signed, k))]
 
 
 def _augmix_space(h: int, w: int, all_ops: bool) -> dict[str, tuple[torch.Tensor | None, bool]]:

@@ -101,9 +101,33 @@ class RandomErasing(RandomTransform):
         self.scale, self.ratio = tuple(scale), tuple(ratio)
         self.value, self.inplace = value, inplace
 
+    def _one(self, leaves, h: int, w: int) -> dict:
+        """One rectangle drawn as torchvision draws it (the same random numbers in the same
+        order, its noise for value="random" included), so a seed gives torchvision's."""
+        log_r = torch.log(torch.tensor(self.ratio))
+        for _ in range(10):
+            area = h * w * torch.empty(1).uniform_(self.scale[0], self.scale[1]).item()
+            aspect = torch.exp(torch.empty(1).uniform_(float(log_r[0]), float(log_r[1]))).item()
+            eh = int(round(math.sqrt(area * aspect)))
+            ew = int(round(math.sqrt(area / aspect)))
+            if not (eh < h and ew < w):
+                continue
+            noise = None
+            if self.value == "random":
+                c = next((int(x.shape[-3]) for x in leaves if isinstance(x, torch.Tensor)
+                          and not isinstance(x, (tv_tensors.Mask, tv_tensors.BoundingBoxes,
+                                                 tv_tensors.KeyPoints)) and x.ndim >= 3), 1)
+                noise = torch.empty([c, eh, ew], dtype=torch.float32).normal_()
+            i = int(torch.randint(0, h - eh + 1, size=(1,)))
+            j = int(torch.randint(0, w - ew + 1, size=(1,)))
+            return {"i": i, "j": j, "h": eh, "w": ew, "noise": noise}
+        return {"i": 0, "j": 0, "h": 0, "w": 0, "noise": None}
+
     def make_params(self, leaves):
         h, w = query_size(leaves)
-        n, dev = batch_info(leaves) if self.per_sample else (1, "cpu")
+        if not self.per_sample:
+            return self._one(leaves, h, w)
+        n, dev = batch_info(leaves)
         tries = 10
         area = h * w * (self.scale[0] + (self.scale[1] - self.scale[0]) * torch.rand(n, tries))
         lr = (math.log(self.ratio[0]), math.log(self.ratio[1]))
@@ -117,15 +141,23 @@ class RandomErasing(RandomTransform):
         ew = torch.where(found, ew.gather(1, first).squeeze(1), 0)
         i = (torch.rand(n) * (h - eh + 1)).long()
         j = (torch.rand(n) * (w - ew + 1)).long()
-        if not self.per_sample:
-            return {"i": int(i[0]), "j": int(j[0]), "h": int(eh[0]), "w": int(ew[0])}
         return {"i": i.to(dev), "j": j.to(dev), "h": eh.to(dev), "w": ew.to(dev)}
 
     def transform(self, inpt, params):
         if not isinstance(inpt, torch.Tensor) or isinstance(
                 inpt, (tv_tensors.Mask, tv_tensors.BoundingBoxes)):
             return inpt
-        if self.value == "random":
+        if isinstance(params["h"], int) and params["h"] == 0:
+            return inpt   # no rectangle fitted in 10 tries: nothing erased, as torchvision
+        if self.value == "random" and params.get("noise") is not None:
+            # torchvision's noise; integer images take it around mid-range (torchvision casts
+            # the raw N(0, 1) values, which wraps negatives)
+            v = params["noise"].to(inpt.device)
+            if not inpt.is_floating_point():
+                top = F._utils.max_value(inpt.dtype)
+                v = v.mul(0.5 * top).add(0.5 * top).clamp(0, top)
+            v = v.to(inpt.dtype)
+        elif self.value == "random":
             v = torch.randn(inpt.shape[-3:], device=inpt.device)
             if not inpt.is_floating_point():
                 v = v.mul(0.5 * F._utils.max_value(inpt.dtype)).add(0.5 * F._utils.max_value(
