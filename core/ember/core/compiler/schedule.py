@@ -233,31 +233,37 @@ def loads_walk_outer(k: Kernel) -> bool:
     return "column" in walks and "row" not in walks
 
 
-def _grouped(nodes: list, reads: list) -> list[int]:
-    """A run order of ``nodes`` (positions) in which each update chain of a graph that writes
-    its inputs in place (an optimizer step: a parameter's moments and the parameter itself) is
-    contiguous, so the greedy fusion below makes it one loop; lowering emits such graphs one
-    op over every parameter at a time. Only between externs and only in segments holding an
-    ``InputWrite``; every other order is left as it is.
+def _grouped(nodes: list, reads: list) -> tuple[list[int], set[int]]:
+    """A run order of ``nodes`` (positions), and the positions it regrouped, in which each
+    update chain of a graph that writes its inputs in place (an optimizer step: a parameter's
+    moments and the parameter itself) is contiguous, so the greedy fusion below makes it one
+    loop; lowering emits such graphs one op over every parameter at a time. Only between
+    externs and only in segments holding an ``InputWrite``; other orders are left alone.
 
     Pointwise nodes of the same sizes joined by what they read from each other form a group;
     groups go in order of their first node, each right after the nodes it needs (producers,
     and readers of old contents it overwrites) when those need nothing from the group, else
     node by node with their needs. Positions only move forward past nodes they do not
-    depend on, so this is a topological order of the dependencies the scheduler keeps."""
+    depend on, so this is a topological order of the dependencies the scheduler keeps.
+    Kernels of regrouped pointwise nodes have no outer loops: each update is a loop stage, and
+    code generators run independent stages in one parallel region (horizontal fusion)."""
     out: list[int] = []
+    flat: set[int] = set()
     start = 0
     for i in range(len(nodes) + 1):
         if i == len(nodes) or isinstance(nodes[i], Extern):
-            out += _group_segment(nodes, reads, list(range(start, i)))
+            seg = list(range(start, i))
+            if any(isinstance(nodes[k], InputWrite) for k in seg):
+                out += _group_segment(nodes, reads, seg)
+                flat |= set(seg)
+            else:
+                out += seg
             out += [i] if i < len(nodes) else []
             start = i + 1
-    return out
+    return out, flat
 
 
 def _group_segment(nodes: list, reads: list, idx: list[int]) -> list[int]:
-    if not any(isinstance(nodes[i], InputWrite) for i in idx):
-        return idx
     writer = {nodes[i].buf.name: i for i in idx}
     preds: dict[int, set[int]] = {i: set() for i in idx}
     parent = {i: i for i in idx}
@@ -423,7 +429,8 @@ def schedule(nodes: list, output_names: set[str]) -> list:
     readers: dict[str, set[int]] = {}
     producer: dict[str, int] = {}
     reads = [ir.node_reads(n) for n in nodes]
-    order = _grouped(nodes, reads)
+    order, flat = _grouped(nodes, reads)
+    flat = {k for k, i in enumerate(order) if i in flat}
     nodes, reads = [nodes[i] for i in order], [reads[i] for i in order]
     for i, n in enumerate(nodes):
         for b in reads[i]:
@@ -438,6 +445,7 @@ def schedule(nodes: list, output_names: set[str]) -> list:
     current_ids: set[int] = set()
     done: set[int] = set()
     builder: _Builder | None = None
+    first = -1  # the open kernel's first node
 
     def close():
         nonlocal current, current_ids, builder
@@ -460,10 +468,19 @@ def schedule(nodes: list, output_names: set[str]) -> list:
         name = nodes[j].buf.name
         return not any(k < j and k not in done for k in readers.get(name, ()))
 
+    def outer_of(first: int, cand: list) -> list:
+        """The outer loops of a kernel of ``cand`` (starting with node ``first``): none for the
+        pointwise updates of grouped segments (each a loop inside one parallel region)."""
+        if first in flat and not any(isinstance(n, Reduction) for n in cand):
+            return []
+        return outer_for(cand)
+
     def join(j):
         """Add node j to the open kernel (raises Refused, leaving the kernel as it was)."""
         nonlocal builder, current, current_ids
-        outer = outer_for(current + [nodes[j]])
+        if j in flat and bool(nodes[j].buf.size) != bool(current[0].buf.size):
+            raise Refused("0-dim updates and tensor updates go in separate kernels")
+        outer = outer_of(first, current + [nodes[j]])
         if ir.same_sizes(outer, builder.outer):
             builder.add(nodes[j])
         else:  # a reduction sets the outer loops of a pointwise kernel: lay it out again
@@ -499,9 +516,9 @@ def schedule(nodes: list, output_names: set[str]) -> list:
                 log.debug("not fusing %s into kernel%d: %s", n.buf.name, len(steps), e)
                 pull_forward(i + 1)
                 close()
-        builder = _Builder(outer_for([n]))
+        builder = _Builder(outer_of(i, [n]))
         builder.add(n)
-        current, current_ids = [n], {i}
+        current, current_ids, first = [n], {i}, i
         done.add(i)
     close()
     return steps

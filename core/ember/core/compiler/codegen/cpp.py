@@ -383,6 +383,11 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
                   f"(e_nt * e_cpt);")
         body.line("const int64_t e_chunk = e_per > 0 ? e_per : 1;")
         threads += " schedule(static, e_chunk)"
+    if par and not tunable and _horizontal(k):
+        _emit_horizontal(body, k, buffers, cond)
+        src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + \
+            "\n}\n"
+        return src, sig.args(ArgKind.POINTER)
     if _column_major(k):
         _emit_column(body, k, buffers, (cond + threads) if par else None)
         src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + \
@@ -404,6 +409,38 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
         body.close(saved)
     src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + "\n}\n"
     return src, sig.args(ArgKind.POINTER)
+
+
+def _horizontal(k: Kernel) -> bool:
+    """Several loop stages storing pointwise values and no outer loops (independent updates,
+    e.g. an optimizer's per-parameter loops): one parallel region runs them all."""
+    return not k.outer and len(k.stages) > 1 and all(
+        st.kind == "loop" and st.rsizes and all(it.kind == "store" for it in st.items)
+        for st in k.stages)
+
+
+def _emit_horizontal(body: _Body, k: Kernel, buffers, cond: str) -> None:
+    """Horizontal fusion: one ``omp parallel`` region, each stage a work-shared loop without
+    the barrier at its end (``nowait``); a barrier only before a stage that reads what an
+    earlier stage since the last barrier stored (or stores what one read). One fork/join for
+    the whole kernel instead of one per stage."""
+    body.line(f"#pragma omp parallel{cond}")
+    region = body.open("")
+    stored: set[str] = set()
+    read: set[str] = set()
+    for st in k.stages:
+        reads = set().union(*(ir.reads_of(it.expr) for it in st.items))
+        writes = {it.node.buf.name for it in st.items}
+        if reads & stored or writes & read:
+            body.line("#pragma omp barrier")
+            stored, read = set(), set()
+        scope = body.open("")
+        _hoist(body, st.items, set(ir.index_vars("r", len(st.rsizes))))
+        _emit_loop(body, st.rsizes, st.items, k.stored, True, "", team=True)
+        body.close(scope)
+        stored |= writes
+        read |= reads
+    body.close(region)
 
 
 COLUMN_BLOCK = 64
@@ -651,8 +688,11 @@ def _emit_lane_sums(body: _Body, r, size, items) -> None:
     body.close(scope)
 
 
-def _emit_loop(body: _Body, rsizes, items, stored, inner_parallel: bool, cond: str) -> None:
-    """One loop nest over ``rsizes`` computing ``items`` (accumulators declared already)."""
+def _emit_loop(body: _Body, rsizes, items, stored, inner_parallel: bool, cond: str,
+               team: bool = False) -> None:
+    """One loop nest over ``rsizes`` computing ``items`` (accumulators declared already);
+    ``team``: inside a parallel region already, the outermost loop is shared without a
+    barrier at its end (``_emit_horizontal``)."""
     clauses = []
     for it in items:
         if it.kind == "reduce":
@@ -664,7 +704,9 @@ def _emit_loop(body: _Body, rsizes, items, stored, inner_parallel: bool, cond: s
     saved = []
     for d, (r, s) in enumerate(zip(rs, rsizes)):
         innermost = d == len(rs) - 1
-        if d == 0 and inner_parallel:
+        if d == 0 and team:
+            body.line(f"#pragma omp for{' simd' if innermost else ''} nowait")
+        elif d == 0 and inner_parallel:
             simd = " simd" if innermost else ""
             body.line(f"#pragma omp parallel for{simd}{red}{cond}")
         elif innermost:
