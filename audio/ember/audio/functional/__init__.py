@@ -1,6 +1,6 @@
 """Stateless audio functions with torchaudio.functional's names and semantics."""
 
-from ember.audio.functional.alignment import TokenSpan, merge_tokens
+from ember.audio.functional.alignment import TokenSpan, forced_align, merge_tokens
 from ember.audio.functional.amplitude import gain, mu_law_decoding, mu_law_encoding
 from ember.audio.functional.beamforming import (
     apply_beamforming,
@@ -51,6 +51,7 @@ from ember.audio.functional.filtering import (
 from ember.audio.functional.masking import mask_along_axis, mask_along_axis_iid
 from ember.audio.functional.modulation import flanger, phaser
 from ember.audio.functional.resampling import resample
+from ember.audio.functional.rnnt import rnnt_loss
 from ember.audio.functional.spectral import (
     DB_to_amplitude,
     amplitude_to_DB,
@@ -90,6 +91,7 @@ __all__ = [
     "fftconvolve",
     "filtfilt",
     "flanger",
+    "forced_align",
     "frechet_distance",
     "gain",
     "griffinlim",
@@ -115,6 +117,7 @@ __all__ = [
     "psd",
     "resample",
     "riaa_biquad",
+    "rnnt_loss",
     "rtf_evd",
     "rtf_power",
     "sliding_window_cmn",

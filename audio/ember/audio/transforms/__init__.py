@@ -10,7 +10,8 @@ from ember.audio.transforms.augment import (
 )
 from ember.audio.transforms.effects import PitchShift, Vad
 from ember.audio.transforms.features import Loudness, SlidingWindowCmn, SpectralCentroid
-from ember.audio.transforms.multichannel import PSD, RTFMVDR, SoudenMVDR
+from ember.audio.transforms.loss import RNNTLoss
+from ember.audio.transforms.multichannel import MVDR, PSD, RTFMVDR, SoudenMVDR
 from ember.audio.transforms.signal import (
     ComputeDeltas,
     Convolve,
@@ -38,7 +39,9 @@ from ember.audio.transforms.speed import Speed, SpeedPerturbation
 __all__ = [
     "LFCC",
     "MFCC",
+    "MVDR",
     "PSD",
+    "RNNTLoss",
     "RTFMVDR",
     "AddNoise",
     "AmplitudeToDB",
