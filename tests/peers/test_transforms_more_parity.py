@@ -594,3 +594,51 @@ def test_random_erasing_same_stream(value):
             outs.append(L.T.RandomErasing(p=0.8, value=value, scale=(0.02, 0.6))(
                 L.tv.Image(x.clone())))
         assert_exact(outs[0], outs[1], f"seed {seed}")
+
+
+# ---------------------------------------------------------------- error types
+
+def _img4(L):
+    return L.tv.Image(rand_image((4, 21, 25), torch.uint8))
+
+
+ERROR_CASES = {
+    "erasing_value_length": lambda L: L.T.RandomErasing(p=1.0, value=[1, 2])(
+        L.tv.Image(rand_image((3, 21, 25), torch.uint8))),
+    "resized_crop_scale_not_pair": lambda L: L.T.RandomResizedCrop(10, scale=0.5),
+    "resized_crop_ratio_not_pair": lambda L: L.T.RandomResizedCrop(10, ratio=(1.0,)),
+    "contrast_4ch": lambda L: L.F.adjust_contrast(_img4(L), 0.5),
+    "saturation_4ch": lambda L: L.F.adjust_saturation(_img4(L), 0.5),
+    "hue_4ch": lambda L: L.F.adjust_hue(_img4(L), 0.1),
+    "sharpness_4ch": lambda L: L.F.adjust_sharpness(_img4(L), 2.0),
+    "grayscale_4ch": lambda L: L.F.rgb_to_grayscale(_img4(L)),
+    "todtype_not_a_dtype": lambda L: L.T.ToDtype("float32"),
+    "todtype_dict_without_entry": lambda L: L.T.ToDtype({L.tv.Mask: torch.int64})(
+        L.tv.Image(rand_image((3, 5, 5), torch.uint8))),
+    "todtype_dict_tensor_key_for_image": lambda L: L.T.ToDtype({torch.Tensor: torch.float32})(
+        L.tv.Image(rand_image((3, 5, 5), torch.uint8))),
+    "augmix_float_severity": lambda L: L.T.AugMix(severity=2.5)(
+        L.tv.Image(rand_image((3, 9, 9), torch.uint8))),
+}
+
+
+@compares()
+@pytest.mark.parametrize("case", sorted(ERROR_CASES))
+def test_error_types(case):
+    same_error(ERROR_CASES[case])
+
+
+@compares()
+def test_todtype_dict_by_exact_type():
+    x = rand_image((3, 5, 5), torch.uint8)
+    for make in (lambda L: {L.tv.Image: torch.float32, "others": None},
+                 lambda L: {torch.Tensor: torch.float64, "others": torch.int32},
+                 lambda L: {L.tv.Mask: torch.int64, "others": torch.float32}):
+        outs = []
+        for L in (EM, TV):
+            out = L.T.ToDtype(make(L), scale=True)(
+                {"image": L.tv.Image(x.clone()), "mask": L.tv.Mask(x[0] > 9)})
+            outs.append(out)
+        assert_exact(outs[0], outs[1], "ToDtype")
+    outs = [L.T.AugMix(mixture_width=0)(L.tv.Image(x.clone())) for L in (EM, TV)]
+    assert outs[0].shape == outs[1].shape   # no chains: the image scaled by its Beta weight

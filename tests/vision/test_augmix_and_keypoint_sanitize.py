@@ -78,9 +78,11 @@ def test_augmix_errors():
     for bad in (0, 11):
         with pytest.raises(ValueError, match="severity"):
             T.AugMix(severity=bad)
-    for kw in ({"mixture_width": 0}, {"alpha": 0.0}):
+    for kw in ({"mixture_width": -1}, {"alpha": 0.0}):
         with pytest.raises(ValueError):
             T.AugMix(**kw)
+    with pytest.raises(TypeError, match="severity"):
+        T.AugMix(severity=2.5)
     x = tv.Image(_img())
     boxes = tv.BoundingBoxes([[1, 1, 5, 5]], format="XYXY", canvas_size=(23, 31))
     points = tv.KeyPoints([[1.0, 1.0]], canvas_size=(23, 31))
@@ -192,3 +194,24 @@ def test_fill_by_input_type():
     for bad in ("white", {tv.Image: "x"}):
         with pytest.raises(TypeError, match="fill"):
             T.RandomRotation(10, fill=bad)
+
+
+def test_error_types_match_torchvisions():
+    # colour ops on 4-channel images: ValueError, and torchvision's TypeError
+    x4 = torch.zeros(4, 5, 5, dtype=torch.uint8)
+    for fn in (lambda: F.adjust_saturation(x4, 0.5), lambda: F.adjust_hue(x4, 0.1)):
+        with pytest.raises(TypeError):
+            fn()
+        with pytest.raises(ValueError):
+            fn()
+    with pytest.raises(TypeError, match="scale"):
+        T.RandomResizedCrop(10, scale=0.5)
+    with pytest.raises(ValueError, match="value"):
+        T.RandomErasing(p=1.0, value=[1, 2])(tv.Image(torch.zeros(3, 9, 9)))
+    # ToDtype with a dict: the exact type, then "others", else ValueError
+    img = tv.Image(torch.zeros(3, 5, 5, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="no dtype"):
+        T.ToDtype({torch.Tensor: torch.float32})(img)
+    assert T.ToDtype({torch.Tensor: torch.float32, "others": None})(img).dtype == torch.uint8
+    with pytest.raises((TypeError, ValueError)):
+        T.ToDtype("float32")

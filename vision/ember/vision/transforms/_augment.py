@@ -449,11 +449,13 @@ class AugMix(_AutoAugmentBase):
                  interpolation=InterpolationMode.BILINEAR, fill=None,
                  per_sample: bool = False) -> None:
         super().__init__(interpolation, fill, per_sample)
-        if not isinstance(severity, int) or not 1 <= severity <= self._PARAMETER_MAX:
+        if not 1 <= severity <= self._PARAMETER_MAX:
             raise ValueError(f"The severity must be between [1, {self._PARAMETER_MAX}]. "
                              f"Got {severity} instead.")
-        if not isinstance(mixture_width, int) or mixture_width < 1:
-            raise ValueError(f"mixture_width must be a positive int, got {mixture_width!r}")
+        if not isinstance(severity, int):   # torchvision: a TypeError at the first call
+            raise TypeError(f"severity must be an int, got {severity!r}")
+        if not isinstance(mixture_width, int) or mixture_width < 0:
+            raise ValueError(f"mixture_width must be a non-negative int, got {mixture_width!r}")
         if not isinstance(chain_depth, int):
             raise ValueError(f"chain_depth must be an int, got {chain_depth!r}")
         if not isinstance(alpha, (int, float)) or not alpha > 0:

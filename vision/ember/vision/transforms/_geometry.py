@@ -242,8 +242,9 @@ class RandomResizedCrop(Transform):
         super().__init__()
         self.size = list(_pair_size(size))
         for name, v in (("scale", scale), ("ratio", ratio)):
-            if (not isinstance(v, (list, tuple)) or len(v) != 2 or not all(x > 0 for x in v)
-                    or v[0] > v[1]):
+            if not isinstance(v, (list, tuple)) or len(v) != 2:   # TypeError, as torchvision
+                raise TypeError(f"{name} must be a pair (min, max) of numbers, got {v!r}")
+            if not all(x > 0 for x in v) or v[0] > v[1]:
                 raise ValueError(f"{name} must be a pair (min, max) of positive numbers, got {v!r}")
         self.scale, self.ratio = tuple(scale), tuple(ratio)
         self.interpolation = as_interpolation(interpolation)

@@ -47,6 +47,10 @@ class Normalize(Transform):
         return F.normalize(inpt, self.mean, self.std, True)
 
 
+class _DtypeArgError(TypeError, ValueError):
+    """A ``dtype`` argument that is neither a dtype nor a dict (torchvision: ValueError)."""
+
+
 class ToDtype(Transform):
     """Convert dtypes; ``dtype`` may be a dict {type: dtype, "others": dtype}."""
 
@@ -56,7 +60,7 @@ class ToDtype(Transform):
     def __init__(self, dtype, scale: bool = False) -> None:
         super().__init__()
         if not isinstance(dtype, (torch.dtype, dict)):
-            raise TypeError(f"dtype must be a torch.dtype or a dict of them, got {dtype!r}")
+            raise _DtypeArgError(f"dtype must be a torch.dtype or a dict of them, got {dtype!r}")
         self.dtype, self.scale = dtype, scale
 
     def transform(self, inpt, params):
@@ -65,11 +69,15 @@ class ToDtype(Transform):
             if not isinstance(inpt, (tv_tensors.Image, tv_tensors.Video)) and isinstance(
                     inpt, tv_tensors.TVTensor):
                 return inpt  # as torchvision: a bare dtype converts images and videos only
+        elif type(inpt) in self.dtype:   # the exact type, then "others", as torchvision
+            dtype = self.dtype[type(inpt)]
+        elif "others" in self.dtype:
+            dtype = self.dtype["others"]
         else:
-            dtype = next((d for t, d in self.dtype.items() if isinstance(t, type)
-                          and isinstance(inpt, t)), self.dtype.get("others"))
-            if dtype is None:
-                return inpt
+            raise ValueError(f"ToDtype: no dtype for inputs of type {type(inpt).__name__}; add "
+                             f"it to the dict, or an 'others' entry (None passes them through)")
+        if dtype is None:
+            return inpt
         return F.to_dtype(inpt, dtype, self.scale)
 
     def transform_into(self, inpt, params, out):
@@ -125,6 +133,13 @@ class RandomErasing(RandomTransform):
 
     def make_params(self, leaves):
         h, w = query_size(leaves)
+        if isinstance(self.value, (list, tuple)):
+            c = next((int(x.shape[-3]) for x in leaves if isinstance(x, torch.Tensor)
+                      and not isinstance(x, (tv_tensors.Mask, tv_tensors.BoundingBoxes,
+                                             tv_tensors.KeyPoints)) and x.ndim >= 3), None)
+            if c is not None and len(self.value) not in (1, c):
+                raise ValueError(f"value must have 1 or {c} (the channel count) entries, got "
+                                 f"{len(self.value)}")
         if not self.per_sample:
             return self._one(leaves, h, w)
         n, dev = batch_info(leaves)

@@ -55,14 +55,19 @@ def max_value(dtype: torch.dtype) -> float:
     return torch.iinfo(dtype).max
 
 
+class ChannelCountError(ValueError, TypeError):
+    """An image with a channel count the op does not take: a ValueError, and the TypeError
+    torchvision raises there."""
+
+
 def check_image(img: torch.Tensor, name: str = "image", channels: Sequence[int] | None = None):
     if not isinstance(img, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(img).__name__}")
     if img.ndim < 3:
         raise ValueError(f"{name} must have shape [..., C, H, W], got {tuple(img.shape)}")
     if channels is not None and img.shape[-3] not in channels:
-        raise ValueError(f"{name} must have {' or '.join(map(str, channels))} channels, "
-                         f"got {img.shape[-3]}")
+        raise ChannelCountError(f"{name} must have {' or '.join(map(str, channels))} "
+                                f"channels, got {img.shape[-3]}")
 
 
 def flatten_batch(x: torch.Tensor, keep: int) -> tuple[torch.Tensor, tuple[int, ...]]:
