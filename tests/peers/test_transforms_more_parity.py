@@ -642,3 +642,28 @@ def test_todtype_dict_by_exact_type():
         assert_exact(outs[0], outs[1], "ToDtype")
     outs = [L.T.AugMix(mixture_width=0)(L.tv.Image(x.clone())) for L in (EM, TV)]
     assert outs[0].shape == outs[1].shape   # no chains: the image scaled by its Beta weight
+
+
+@compares()
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect", "symmetric"])
+@pytest.mark.parametrize("padding", [[-1], [-1, 2], [2, -1, 1, 0], [0, 3, -2, -4]], ids=str)
+def test_negative_padding_crops(mode, padding):
+    """Negative padding crops that side (then the others are padded), as torchvision's:
+    images, masks, boxes and keypoints exact, through the functional and Pad."""
+    x = rand_image((3, 13, 17), torch.uint8, seed=14)
+
+    def sample(L):
+        out = {"image": L.tv.Image(x.clone()), "mask": L.tv.Mask(x[0] > 100)}
+        if mode == "constant":   # torchvision pads boxes and points in constant mode only
+            out["boxes"] = L.tv.BoundingBoxes([[1, 1, 9, 8], [0, 5, 17, 12]], format="XYXY",
+                                              canvas_size=(13, 17))
+            out["points"] = L.tv.KeyPoints([[1.0, 1.0], [12.5, 9.0]], canvas_size=(13, 17))
+        return out
+
+    outs = [L.T.Pad(padding, fill=5, padding_mode=mode)(sample(L)) for L in (EM, TV)]
+    assert_exact(outs[0], outs[1], "Pad")
+    for k in ("boxes", "points"):
+        if k in outs[1]:
+            assert outs[0][k].canvas_size == outs[1][k].canvas_size
+    outs = [L.F.pad(L.tv.Image(x.clone()), padding, 3, mode) for L in (EM, TV)]
+    assert_exact(outs[0], outs[1], "pad")

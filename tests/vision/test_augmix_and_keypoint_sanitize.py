@@ -215,3 +215,14 @@ def test_error_types_match_torchvisions():
     assert T.ToDtype({torch.Tensor: torch.float32, "others": None})(img).dtype == torch.uint8
     with pytest.raises((TypeError, ValueError)):
         T.ToDtype("float32")
+
+
+def test_negative_padding_crops():
+    x = torch.arange(30, dtype=torch.uint8).reshape(1, 5, 6)
+    assert torch.equal(F.pad(x, [-1]), x[:, 1:4, 1:5])
+    out = F.pad(x, [2, -1, 1, 0], fill=9)
+    assert out.shape == (1, 4, 9) and torch.equal(out[:, :, 2:8], x[:, 1:])
+    assert int(out[0, 0, 0]) == 9
+    boxes = tv.BoundingBoxes([[1, 1, 4, 4]], format="XYXY", canvas_size=(5, 6))
+    out = F.pad(boxes, [-1])
+    assert out.tolist() == [[0, 0, 3, 3]] and out.canvas_size == (3, 4)

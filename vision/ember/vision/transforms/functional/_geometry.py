@@ -549,12 +549,13 @@ register_boxes(resized_crop, in_xyxy(_resized_crop_boxes, clamps=True))
 # ----------------------------------------------------------------------------- pad
 
 def parse_padding(padding) -> tuple[int, int, int, int]:
-    """int / [lr, tb] / [l, t, r, b] -> (left, top, right, bottom)."""
+    """int / [lr, tb] / [l, t, r, b] -> (left, top, right, bottom); negative sides crop, as
+    in torchvision."""
     if isinstance(padding, int) and not isinstance(padding, bool):
         padding = [padding]
     if (not isinstance(padding, (list, tuple)) or len(padding) not in (1, 2, 4)
-            or not all(isinstance(p, int) and p >= 0 for p in padding)):
-        raise ValueError(f"padding must be a non-negative int or a sequence of 1, 2 or 4 of them, "
+            or not all(isinstance(p, int) and not isinstance(p, bool) for p in padding)):
+        raise ValueError(f"padding must be an int or a sequence of 1, 2 or 4 of them, "
                          f"got {padding!r}")
     if len(padding) == 1:
         return (padding[0],) * 4
@@ -594,6 +595,10 @@ def _pad_any(x, padding, fill=None, padding_mode="constant", channel_dim=True):
     if padding_mode not in _PAD_MODES:
         raise ValueError(f"padding_mode must be one of {_PAD_MODES}, got {padding_mode!r}")
     left, top, right, bottom = parse_padding(padding)
+    if min(left, top, right, bottom) < 0:   # negative sides crop first, then pad the rest
+        h, w = x.shape[-2:]
+        x = x[..., max(-top, 0):h - max(-bottom, 0), max(-left, 0):w - max(-right, 0)]
+        left, top, right, bottom = (max(v, 0) for v in (left, top, right, bottom))
     h, w = x.shape[-2:]
     if padding_mode == "constant":
         out = x.new_empty(x.shape[:-2] + (h + top + bottom, w + left + right))
