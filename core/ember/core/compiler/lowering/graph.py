@@ -101,9 +101,9 @@ class GraphLowering:
                           for n in self.gm.graph.nodes}
         for node in self.gm.graph.nodes:
             for a in _written_args(node):
-                root = _root(a)
-                if root is not None:
-                    self.input_writes[root] += 1
+                # a write whose target is not a view of a placeholder: in-place stores of
+                # inputs are off for the graph (counted under None, see _copy_into_input)
+                self.input_writes[_root(a)] += 1
         for node in self.gm.graph.nodes:
             first = len(self.nodes)
             self.env[node] = self._lower(node)
@@ -295,7 +295,7 @@ class GraphLowering:
         buf = dst.buf if isinstance(dst, StridedView) else None
         if buf is None or self.device != "cpu" or not dst.is_natural() or \
                 not any(buf is b for b in self.inputs) or not isinstance(src, TensorValue) or \
-                self.input_writes[_root(node.args[0])] != 1 or \
+                self.input_writes[_root(node.args[0])] != 1 or self.input_writes[None] or \
                 len(src.size) > len(buf.size) or not _contiguous(buf) or \
                 not wrapper_writes_inputs():
             return None
@@ -403,6 +403,8 @@ def _written_args(node: FxNode) -> list:
 
 def _root(x: FxNode) -> FxNode | None:
     """The placeholder ``x`` is a view of (through view ops), or None."""
+    if not isinstance(x, FxNode):
+        return None
     while x.op == "call_function":
         schema = getattr(x.target, "_schema", None)
         if schema is None or not schema.returns or schema.returns[0].alias_info is None \
