@@ -169,10 +169,11 @@ def pil_kernel(kernel):
     return run
 
 
-def to_tensor(pic: Any) -> torch.Tensor:
+def to_tensor(inpt: Any) -> torch.Tensor:
     """Deprecated in torchvision (use ``to_image`` then ``to_dtype(float32, scale=True)``):
     a PIL image or an HWC/HW numpy array as a [C, H, W] tensor; uint8 (and 1-bit) values
     are scaled to float32 in [0, 1], other dtypes are kept as they are."""
+    pic = inpt
     if isinstance(pic, np.ndarray):
         if pic.ndim not in (2, 3):
             raise ValueError(f"pic must be a 2 or 3 dimensional array, got {pic.ndim} dimensions")
