@@ -128,3 +128,29 @@ def test_large_parameters_take_the_parallel_path(name):
     for a, b in zip(eager_p, ours_p):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "reduce-overhead"])
+def test_step_under_modes_updates_once_per_call(mode):
+    """max-autotune times kernels by re-running them on their real arguments: a kernel that
+    writes the parameters in place must not be tuned (each run would step again)."""
+    import ember.core
+
+    shapes = [(300, 257), (70_000,), (3,)]
+    g = torch.Generator().manual_seed(0)
+    init = [torch.randn(s, generator=g) for s in shapes]
+    eager_p = [t.clone().requires_grad_() for t in init]
+    ours_p = [t.clone().requires_grad_() for t in init]
+    eager = torch.optim.AdamW(eager_p, lr=1e-2, foreach=True)
+    ours = torch.optim.AdamW(ours_p, lr=1e-2, foreach=True)
+    torch._dynamo.reset()
+    step = ember.core.compile(ours.step, mode=mode, options={"strict": True})
+    for _ in range(5):
+        for a, b in zip(eager_p, ours_p):
+            grad = torch.randn(a.shape, generator=g)
+            a.grad, b.grad = grad, grad.clone()
+        eager.step()
+        step()
+    for a, b in zip(eager_p, ours_p):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()

@@ -40,6 +40,7 @@ from ember.core.compiler.lowering.builders import (
     sym,
 )
 from ember.core.compiler.lowering.externs import is_extern
+from ember.core.compiler.runtime.triton_libdevice import interpreted
 from ember.core.logs import get_logger
 
 log = get_logger("lower")
@@ -287,8 +288,9 @@ class GraphLowering:
         """``copy_(input, value)`` (AOTAutograd's input mutation epilogue) as a pointwise node
         storing ``value`` straight into the input's buffer: the value's loop writes the input
         and no fresh buffer and extern copy follow. Only for the one write into a contiguous
-        CPU input whose whole buffer is ``dst``, when the wrapper leaves bound inputs alone;
-        None leaves the call to the extern ``copy_``.
+        CPU input whose whole buffer is ``dst``, when the wrapper leaves bound inputs alone,
+        and not under Triton's interpreter (a CPU graph may then be Triton code, whose kernels
+        max-autotune re-runs); None leaves the call to the extern ``copy_``.
 
         Values that read the input's old contents and are read later are computed before the
         write (``_realize_readers_of``); ``value`` itself is then read from the input."""
@@ -296,7 +298,7 @@ class GraphLowering:
         if buf is None or self.device != "cpu" or not dst.is_natural() or \
                 not any(buf is b for b in self.inputs) or not isinstance(src, TensorValue) or \
                 self.input_writes[_root(node.args[0])] != 1 or self.input_writes[None] or \
-                len(src.size) > len(buf.size) or not _contiguous(buf) or \
+                len(src.size) > len(buf.size) or not _contiguous(buf) or interpreted() or \
                 not wrapper_writes_inputs():
             return None
         if self._retarget(src, buf, node):

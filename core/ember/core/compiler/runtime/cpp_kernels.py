@@ -13,6 +13,7 @@ import ctypes
 from ember.core.compiler import modes
 from ember.core.compiler.codegen import cpp
 from ember.core.compiler.codegen.common import ArgKind
+from ember.core.compiler.lowering.builders import InputWrite
 from ember.core.compiler.runtime import build
 from ember.core.compiler.runtime.tuned import TunedKernel
 from ember.core.compiler.schedule import Kernel
@@ -64,7 +65,11 @@ def load(steps: list, buffers: dict, options: dict | None) -> tuple[dict, str]:
     if not kernels:
         return {}, ""
     tune = modes.tunes_kernels(options)
-    sources = {k.name: cpp.kernel_source(k, buffers, tunable=tune) for k in kernels}
+    # a kernel writing a graph input in place must run once per call: never tuned (tuning
+    # times candidates by re-running the kernel on its real arguments)
+    tuned = {k.name for k in kernels if tune and not any(isinstance(n, InputWrite)
+                                                         for n in k.nodes)}
+    sources = {k.name: cpp.kernel_source(k, buffers, tunable=k.name in tuned) for k in kernels}
     parts = [src for src, _ in sources.values()]
     specs = {name: spec for name, (_, spec) in sources.items()}
     segments = []
@@ -78,7 +83,7 @@ def load(steps: list, buffers: dict, options: dict | None) -> tuple[dict, str]:
     lib = build.load(tu, options)
     libs: dict = {}
     for name, (src, spec) in sources.items():
-        if tune:
+        if name in tuned:
             fn = _bind(lib, name, spec, extra=len(cpp.TUNE_PARAMS))
             n_bufs = sum(a.kind is ArgKind.POINTER for a in spec)
             libs[name] = (TunedKernel(fn, name, src, n_bufs), spec)
