@@ -619,7 +619,30 @@ ERROR_CASES = {
         L.tv.Image(rand_image((3, 5, 5), torch.uint8))),
     "augmix_float_severity": lambda L: L.T.AugMix(severity=2.5)(
         L.tv.Image(rand_image((3, 9, 9), torch.uint8))),
+    # functionals: ours are ValueError/TypeError subclasses of torchvision's type
+    "resize_negative": lambda L: L.F.resize(rand_image((3, 9, 11), torch.uint8), [-1, 5]),
+    "pad_reflect_too_wide": lambda L: L.F.pad(rand_image((3, 9, 11), torch.uint8), 20,
+                                              padding_mode="reflect"),
+    "posterize_9_bits": lambda L: L.F.posterize(rand_image((3, 9, 11), torch.uint8), 9),
+    "solarize_over_range": lambda L: L.F.solarize(rand_image((3, 9, 11), torch.uint8), 300),
+    "jpeg_float": lambda L: L.F.jpeg(rand_image((3, 9, 11), torch.float32), 50),
+    "affine_three_shears": lambda L: L.F.affine(rand_image((3, 9, 11), torch.uint8), 0, [0, 0],
+                                                1.0, [0.0, 0.0, 1.0]),
+    "affine_shear_str": lambda L: L.F.affine(rand_image((3, 9, 11), torch.uint8), 0, [0, 0],
+                                             1.0, "x"),
+    "rotate_center_one_value": lambda L: L.F.rotate(rand_image((3, 9, 11), torch.uint8), 10,
+                                                    center=[1]),
 }
+
+
+@compares()
+@pytest.mark.parametrize("shear", [[5.0], (3.0, -2.0), 4.0], ids=str)
+def test_affine_shear_forms(shear):
+    x = rand_image((3, 19, 21), torch.uint8, seed=15)
+    outs = [L.F.affine(L.tv.Image(x.clone()), 10, [1, 2], 1.1, shear,
+                       L.F.InterpolationMode.BILINEAR) for L in (EM, TV)]
+    d = (plain(outs[0]).int() - plain(outs[1]).int()).abs()   # warp: WARP_UINT8
+    assert int(d.max()) <= 1 and float((d > 0).float().mean()) <= 1e-3
 
 
 @compares()

@@ -16,6 +16,7 @@ from ember.vision.transforms.functional._registry import (
 )
 from ember.vision.transforms.functional._utils import (
     InterpolationMode,
+    TypeRuntimeError,
     as_interpolation,
     check_image,
     per_image_parallel,
@@ -157,7 +158,7 @@ def jpeg_image(image: torch.Tensor, quality: int) -> torch.Tensor:
 
     check_image(image, channels=(1, 3))
     if image.dtype != torch.uint8:
-        raise TypeError(f"jpeg needs a uint8 image, got {image.dtype}")
+        raise TypeRuntimeError(f"jpeg needs a uint8 image, got {image.dtype}")
     if isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
         raise ValueError(f"quality must be an int in [1, 100], got {quality!r}")
     flat = image.reshape((-1,) + tuple(image.shape[-3:]))

@@ -15,7 +15,12 @@ from ember.vision.transforms.functional._registry import (
     register_image,
     register_passthrough,
 )
-from ember.vision.transforms.functional._utils import check_image, max_value, per_sample
+from ember.vision.transforms.functional._utils import (
+    ValueTypeError,
+    check_image,
+    max_value,
+    per_sample,
+)
 
 _NON_IMAGE = (tv_tensors.Mask, tv_tensors.BoundingBoxes)
 
@@ -349,7 +354,7 @@ def adjust_gamma(inpt, gamma, gain=1.0):
 def _posterize(img, bits):
     check_image(img)
     if not isinstance(bits, int) or not 0 <= bits <= 8:
-        raise ValueError(f"bits must be an int in [0, 8], got {bits!r}")
+        raise ValueTypeError(f"bits must be an int in [0, 8], got {bits!r}")
     if img.dtype == torch.uint8:
         return img & (((1 << bits) - 1) << (8 - bits))
     if img.dtype.is_floating_point:
@@ -378,7 +383,8 @@ def invert(inpt):
 def _solarize(img, threshold):
     check_image(img)
     if threshold > max_value(img.dtype):
-        raise ValueError(f"threshold must not exceed {max_value(img.dtype)}, got {threshold!r}")
+        raise ValueTypeError(f"threshold must not exceed {max_value(img.dtype)}, "
+                             f"got {threshold!r}")
     return torch.where(img >= threshold, _invert(img), img)
 
 

@@ -32,6 +32,7 @@ from ember.vision.transforms.functional._type_conversion import (
 )
 from ember.vision.transforms.functional._utils import (
     InterpolationMode,
+    ValueRuntimeError,
     as_interpolation,
     flatten_batch,
     from_float,
@@ -110,8 +111,8 @@ def _check_size(size, name="size", allow_none=False):
         size = [size]
     if (not isinstance(size, (list, tuple)) or len(size) not in (1, 2)
             or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size)):
-        raise ValueError(f"{name} must be a positive int or a sequence of 1 or 2 positive ints, "
-                         f"got {size!r}")
+        raise ValueRuntimeError(f"{name} must be a positive int or a sequence of 1 or 2 "
+                                f"positive ints, got {size!r}")
     return list(size)
 
 
@@ -612,7 +613,7 @@ def _pad_any(x, padding, fill=None, padding_mode="constant", channel_dim=True):
     if h == 0 or w == 0:
         raise ValueError(f"padding_mode {padding_mode!r} needs a non-empty image")
     if padding_mode == "reflect" and (max(top, bottom) >= h or max(left, right) >= w):
-        raise ValueError("reflect padding must be smaller than the image size")
+        raise ValueRuntimeError("reflect padding must be smaller than the image size")
     rows = _pad_index(h, top, bottom, padding_mode, x.device)
     cols = _pad_index(w, left, right, padding_mode, x.device)
     return x.index_select(-2, rows).index_select(-1, cols)
@@ -780,8 +781,17 @@ def _affine_params(canvas, angle, translate, scale, shear, center):
     h, w = canvas
     if isinstance(shear, (int, float)):
         shear = [float(shear), 0.0]
+    elif isinstance(shear, (list, tuple)):
+        if len(shear) == 1:   # one value shears both axes, as torchvision
+            shear = [shear[0], shear[0]]
+        if len(shear) != 2:
+            raise ValueError(f"shear must be a number or a sequence of 2 numbers, got {shear!r}")
+    elif not isinstance(shear, torch.Tensor):
+        raise TypeError(f"shear must be a number or a sequence of 2 numbers, got {shear!r}")
     if center is None:
         center = [w * 0.5, h * 0.5]
+    elif not isinstance(center, torch.Tensor) and len(center) != 2:
+        raise ValueError(f"center must be a sequence of 2 numbers (x, y), got {center!r}")
     if not isinstance(translate, torch.Tensor) and len(translate) != 2:
         raise ValueError(f"translate must be a sequence of 2 numbers, got {translate!r}")
     if not isinstance(scale, torch.Tensor) and scale <= 0:

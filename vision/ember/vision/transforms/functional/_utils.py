@@ -55,9 +55,20 @@ def max_value(dtype: torch.dtype) -> float:
     return torch.iinfo(dtype).max
 
 
-class ChannelCountError(ValueError, TypeError):
-    """An image with a channel count the op does not take: a ValueError, and the TypeError
-    torchvision raises there."""
+class ValueTypeError(ValueError, TypeError):
+    """A bad argument: a ValueError, and the TypeError torchvision raises for it."""
+
+
+class ValueRuntimeError(ValueError, RuntimeError):
+    """A bad argument: a ValueError, and the RuntimeError torchvision (torch) raises for it."""
+
+
+class TypeRuntimeError(TypeError, RuntimeError):
+    """An input of the wrong type: a TypeError, and torchvision's RuntimeError for it."""
+
+
+class ChannelCountError(ValueTypeError):
+    """An image with a channel count the op does not take (torchvision: TypeError)."""
 
 
 def check_image(img: torch.Tensor, name: str = "image", channels: Sequence[int] | None = None):
