@@ -690,3 +690,16 @@ def test_negative_padding_crops(mode, padding):
             assert outs[0][k].canvas_size == outs[1][k].canvas_size
     outs = [L.F.pad(L.tv.Image(x.clone()), padding, 3, mode) for L in (EM, TV)]
     assert_exact(outs[0], outs[1], "pad")
+
+
+@compares()
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int32, torch.uint16],
+                         ids=["int16", "int32", "uint16"])
+def test_equalize_other_integer_dtypes(dtype):
+    """Through uint8 and back (to_dtype with scaling), as torchvision's: exact."""
+    hi = {torch.int16: 32767, torch.int32: 2 ** 31 - 1, torch.uint16: 65535}[dtype]
+    g = torch.Generator().manual_seed(16)
+    x = (torch.rand(2, 3, 9, 11, generator=g, dtype=torch.float64) * hi * 0.6 + hi * 0.1)
+    x = x.to(dtype)
+    outs = [L.F.equalize(L.tv.Image(x.clone())) for L in (EM, TV)]
+    assert_exact(outs[0], outs[1], str(dtype))

@@ -420,8 +420,11 @@ def _equalize(img):
         u8 = _from_unit_float(img.clamp(0, 1), torch.uint8)
     elif img.dtype == torch.uint8:
         u8 = img
-    else:
-        raise TypeError(f"equalize supports uint8 and float images, got {img.dtype}")
+    else:  # other integer images through uint8 and back, as torchvision's
+        from ember.vision.transforms.functional._misc import to_dtype
+
+        return to_dtype(_equalize(to_dtype(img, torch.uint8, scale=True)), img.dtype,
+                        scale=True)
     flat = u8.reshape(-1, u8.shape[-2] * u8.shape[-1]).long()
     hist = torch.zeros(flat.shape[0], 256, dtype=torch.long, device=img.device)
     hist.scatter_add_(1, flat, torch.ones_like(flat))
