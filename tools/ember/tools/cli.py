@@ -1,4 +1,4 @@
-"""The `ember` command: `ember env`, `ember bench NAME`, `ember demo`."""
+"""The `ember` command: `ember env`, `ember bench NAME`, `ember aot ...`, `ember demo`."""
 
 from __future__ import annotations
 
@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--max-samples", metavar="N", type=int,
                        help="opinfo: samples per op (default 8; 0 = all)")
     bench.set_defaults(func=_bench)
+    from ember.tools import aot
+
+    aot.add_parser(sub)
     demo = sub.add_parser("demo", help="run the end-to-end demo")
     demo.add_argument("--quick", action="store_true", help="tiny sizes")
     demo.set_defaults(func=_demo)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
+from typing import NamedTuple
 
 import torch
 from torch.fx import GraphModule
 
-from ember.core.compiler import capture, routing
-from ember.core.compiler.codegen.wrapper import WrapperBuilder
+from ember.core.compiler import capture, modes, routing
+from ember.core.compiler.codegen import wrapper
 from ember.core.compiler.ir import Buffer, Extern, StridedView
 from ember.core.compiler.lowering.graph import GraphLowering
 from ember.core.compiler.runtime import cpp_kernels
@@ -72,15 +73,18 @@ def _checked(call, gm: GraphModule):
     return run
 
 
-def _compile(gm: GraphModule, example_inputs, options: dict):
-    device = routing.device_type(example_inputs)
-    use_triton = routing.codegen_for(device, options) == "triton"
-    if use_triton:
-        from ember.core.compiler.runtime import triton_kernels
+class Lowered(NamedTuple):
+    """One graph lowered and scheduled: what code generators and wrappers start from."""
 
-        device = triton_kernels.check_device(device)
-    g = GraphLowering(gm, device=device if use_triton else "cpu",
-                      inference=bool(options.get("inference")))
+    graph: GraphLowering
+    buffers: dict  # name -> Buffer: inputs, constants and every node's outputs
+    steps: list  # Kernel | Extern, in run order
+    kernels: list  # the Kernel steps
+
+
+def lower(gm: GraphModule, device: str, inference: bool) -> Lowered:
+    """Lower ``gm`` to IR and schedule it into kernels and extern calls."""
+    g = GraphLowering(gm, device=device, inference=inference)
     g.run()
     for name in g.fallback_ops:
         capture.record_fallback(name)
@@ -97,13 +101,27 @@ def _compile(gm: GraphModule, example_inputs, options: dict):
     outputs = {o.buf.name for o in g.outputs if isinstance(o, StridedView)}
     outputs |= {c.flag.buf.name for c in g.checks}
     steps = schedule(g.nodes, outputs)
-    kernels = [s for s in steps if isinstance(s, Kernel)]
+    return Lowered(g, buffers, steps, [s for s in steps if isinstance(s, Kernel)])
+
+
+def _compile(gm: GraphModule, example_inputs, options: dict):
+    device = routing.device_type(example_inputs)
+    use_triton = routing.codegen_for(device, options) == "triton"
+    if use_triton:
+        from ember.core.compiler.runtime import triton_kernels
+
+        device = triton_kernels.check_device(device)
+    lowered = lower(gm, device if use_triton else "cpu", bool(options.get("inference")))
+    g, buffers, steps, kernels = lowered.graph, lowered.buffers, lowered.steps, lowered.kernels
     if use_triton:
         libs, tu = triton_kernels.load_kernels(kernels, buffers, options)
     else:
         libs, tu = cpp_kernels.load(steps, buffers, options)
-    src, globs = WrapperBuilder(g.inputs, g.constants, g.outputs, device=g.device,
-                                options=options, checks=g.checks).generate(steps, libs, buffers)
+    # a tuned kernel re-runs on its real arguments: none of them may be overwritten
+    plan = wrapper.plan(g.inputs, g.outputs, g.checks, steps, wrapper.specs_of(libs), buffers,
+                        inplace=not modes.tunes_kernels(options),
+                        segments=wrapper.segments_of(libs))
+    src, globs = wrapper.PythonWrapper(g.constants, libs, device=g.device).render(plan)
     if output_log.isEnabledFor(logging.INFO):
         output_log.info("generated %s:\n%s\nwrapper:\n%s", "Triton" if use_triton else "C++",
                         tu, src)

@@ -29,6 +29,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                "PyTorch's OpInfo catalogue through ember and Inductor: pass / wrong / error"),
     "optim": ("ember.tools.bench.optim:run",
               "compiled AdamW step vs eager foreach, fused and Inductor"),
+    "aot": ("ember.tools.bench.aot:run",
+            "ahead-of-time packages vs torch's AOTInductor and eager on CPU"),
 }
 
 # The libraries benchmarks compare against: the extra ember-tools[bench] installs them.

@@ -1,19 +1,246 @@
-"""The Python wrapper of a compiled graph: binds sizes, allocates, calls kernels and externs.
+"""The wrapper of a compiled graph: binds sizes, allocates, calls kernels and externs.
 
-It is generated as Python source (printed by ``EMBER_LOGS=output_code``) and exec'd; kernels
-are called through ctypes with data pointers and int64 sizes. Dead buffers of the same
-layout are reused for later kernel outputs.
+``plan`` decides what the wrapper does (which buffers to allocate, reuse or overwrite in
+place, which kernels and ATen calls to make, in order) as a list of typed steps; renderers
+only spell them: ``PythonWrapper`` here (exec'd by the JIT, printed by
+``EMBER_LOGS=output_code``), ``codegen/cpp_wrapper.py`` for ahead-of-time packages. Dead
+buffers of the same layout are reused for later kernel outputs.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import sympy
 import torch
 
-from ember.core.compiler import ir, modes
+from ember.core.compiler import ir
 from ember.core.compiler.codegen.common import ArgKind, py_index
 from ember.core.compiler.ir import Buffer, Extern, StridedView, Unsupported
 from ember.core.compiler.schedule import Kernel
+
+
+class BindInput(NamedTuple):
+    pos: int
+    name: str
+
+
+class BindSize(NamedTuple):
+    """``sym = <buf>.size(dim)`` (or ``.stride(dim)``): where a size symbol comes from."""
+
+    sym: sympy.Symbol
+    buf: Buffer
+    what: str  # "size" | "stride"
+    dim: int
+
+
+class BindSymbol(NamedTuple):
+    """A size symbol passed as its own graph input."""
+
+    pos: int
+    sym: sympy.Symbol
+
+
+class FixStrides(NamedTuple):
+    """Inputs whose strides must equal the compiled ones (copied only when they differ)."""
+
+    bufs: list
+
+
+class Alias(NamedTuple):
+    """A kernel output written into a dead buffer (``why``: "in place" or "reuse")."""
+
+    name: str
+    src: str
+    why: str
+
+
+class Alloc(NamedTuple):
+    buf: Buffer
+
+
+class CallKernel(NamedTuple):
+    name: str  # the kernel (or reduce-overhead segment) entry
+    key: str  # its entry in the loaded ``libs``
+    spec: list  # KernelArg list
+
+
+class CallExtern(NamedTuple):
+    step: Extern
+
+
+class Check(NamedTuple):
+    """Raise IndexError(message) when the kernels set ``flag``."""
+
+    flag: StridedView
+    message: str
+
+
+class Return(NamedTuple):
+    outputs: list  # StridedView | None
+
+
+WrapperStep = (BindInput | BindSize | BindSymbol | FixStrides | Alias | Alloc | CallKernel |
+               CallExtern | Check | Return)
+
+
+def layout_key(b: Buffer) -> tuple:
+    return (tuple(map(str, b.size)), tuple(map(str, b.stride)), b.dtype)
+
+
+class _Planner:
+    def __init__(self, inputs, outputs, checks, specs, segments, inplace):
+        self.inputs, self.outputs, self.checks = inputs, outputs, checks
+        self.specs, self.segments, self.inplace = specs, segments, inplace
+        self.bound: set = set()
+        self.out: list = []
+
+    def need(self, exprs) -> None:
+        for e in exprs:
+            missing = sympy.sympify(e).free_symbols - self.bound
+            if missing:
+                raise Unsupported(f"size symbols {sorted(map(str, missing))} are not bound "
+                                  f"by any input")
+
+    def need_arg(self, a) -> None:
+        if isinstance(a, StridedView):
+            if not a.is_natural():
+                self.need(a.size + a.stride + [a.offset])
+        elif isinstance(a, sympy.Expr):
+            self.need([a])
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                self.need_arg(x)
+
+    def bind(self) -> None:
+        for pos, inp in enumerate(self.inputs):
+            if isinstance(inp, Buffer):
+                self.out.append(BindInput(pos, inp.name))
+                for d, (s, st) in enumerate(zip(inp.size, inp.stride)):
+                    for e, what in ((s, "size"), (st, "stride")):
+                        if isinstance(e, sympy.Symbol) and e not in self.bound:
+                            self.out.append(BindSize(e, inp, what, d))
+                            self.bound.add(e)
+            elif isinstance(inp, sympy.Symbol) and inp not in self.bound:
+                self.out.append(BindSymbol(pos, inp))
+                self.bound.add(inp)
+        fixes = [inp for inp in self.inputs if isinstance(inp, Buffer) and inp.size]
+        for inp in fixes:
+            self.need(inp.size + inp.stride)
+        if fixes:
+            self.out.append(FixStrides(fixes))
+
+    def run(self, steps: list, buffers: dict) -> list:
+        self.bind()
+        input_names = {b.name for b in self.inputs if isinstance(b, Buffer)}
+        last_use: dict[str, int] = {}
+        for i, step in enumerate(steps):
+            names = ([b.name for b in step.reads] if isinstance(step, Extern) else
+                     [a.value for a in self.specs[step.name] if a.kind is not ArgKind.SIZE])
+            for n in names:
+                last_use[n] = i
+        out_names = {o.buf.name for o in self.outputs if isinstance(o, StridedView)}
+        out_names |= {c.flag.buf.name for c in self.checks}  # read after every kernel
+        pool: dict[tuple, list[str]] = {}
+        reusable: set[str] = set()
+        segment = None  # reduce-overhead: the native entry running the current kernel run
+        for i, step in enumerate(steps):
+            if isinstance(step, Extern):
+                self.need_arg(list(step.args))
+                self.need_arg(list(step.kwargs.values()))
+                self.out.append(CallExtern(step))
+                for b in step.outs:
+                    if b is not None and b.size:
+                        self.need(b.size + b.stride)
+                schema = getattr(step.op, "_schema", None)  # None: a higher-order op
+                aliasing = schema is None or any(r.alias_info is not None
+                                                 for r in schema.returns)
+                if aliasing:
+                    reusable -= {b.name for b in step.reads}
+                else:  # fresh tensors: their memory may serve later kernels
+                    reusable |= {b.name for b in step.outs if b is not None and b.name not in
+                                 out_names and b.name in last_use}
+            else:
+                segment = self.segments.get(step.name, segment)
+                inplace = _inplace_candidates(step, {n for n in reusable if last_use[n] == i},
+                                              buffers) if self.inplace else {}
+                for b in step.outputs:
+                    self.need(b.size + b.stride)
+                    if b.name in input_names:  # the kernel writes a graph input in place
+                        continue
+                    key = layout_key(b)
+                    src = inplace.get(b.name)
+                    if src is not None and layout_key(src) == key:
+                        self.out.append(Alias(b.name, src.name, "in place"))
+                        reusable.discard(src.name)
+                        inplace = {k: v for k, v in inplace.items() if v is not src}
+                    elif pool.get(key):
+                        self.out.append(Alias(b.name, pool[key].pop(), "reuse"))
+                    else:
+                        self.out.append(Alloc(b))
+                    if b.name not in out_names:
+                        reusable.add(b.name)
+                if segment is None:
+                    self.need([a.value for a in self.specs[step.name]
+                               if a.kind is ArgKind.SIZE])
+                    self.out.append(CallKernel(step.name, step.name, self.specs[step.name]))
+                elif step.name == segment[2][-1]:  # allocations done: run the whole segment
+                    seg_spec = segment[1]
+                    self.need([a.value for a in seg_spec if a.kind is ArgKind.SIZE])
+                    self.out.append(CallKernel(f"seg_{segment[2][0]}", f"seg:{segment[2][0]}",
+                                               seg_spec))
+                    segment = None
+            for n, last in last_use.items():
+                if last == i and n in reusable:
+                    pool.setdefault(layout_key(buffers[n]), []).append(n)
+                    reusable.discard(n)
+        for c in self.checks:
+            self.need_arg(c.flag)
+            self.out.append(Check(c.flag, c.message))
+        for o in self.outputs:
+            if o is not None:
+                self.need_arg(o)
+        self.out.append(Return(list(self.outputs)))
+        return self.out
+
+
+def plan(inputs: list, outputs: list, checks: list, steps: list, specs: dict,
+         buffers: dict, *, inplace: bool = True,
+         segments: dict | None = None) -> list[WrapperStep]:
+    """The wrapper's steps for one graph.
+
+    ``specs[kernel]``: its argument list; ``segments[kernel]``: the reduce-overhead entry
+    ``(name, spec, kernel names)`` a run of kernels starting there is called through;
+    ``inplace``: outputs may overwrite dying inputs (off when kernels are re-run to tune).
+    """
+    return _Planner(inputs, outputs, checks or [], specs, segments or {}, inplace).run(
+        steps, buffers)
+
+
+def _inplace_candidates(k: Kernel, dying: set, buffers: dict) -> dict:
+    """Outputs that may overwrite a buffer dying in this kernel: in a single pointwise loop,
+    the dying buffer is read by that output's item alone, only at the element it stores."""
+    if len(k.stages) != 1 or any(it.kind != "store" for it in k.stages[0].items):
+        return {}
+    readers: dict[str, list] = {}
+    gathered = set().union(*(ir.gathered(it.expr) for it in k.stages[0].items))
+    dying = dying - gathered  # read at data-dependent places: never overwritten in place
+    for it in k.stages[0].items:
+        loads = ir.loads(it.expr)
+        for src in {ld.buf for ld in loads if ld.buf in dying}:
+            idx = {ld.index for ld in loads if ld.buf == src}
+            readers.setdefault(src, []).append((it, idx))
+    stored = {b.name for b in k.outputs}
+    out = {}
+    for src, users in readers.items():
+        if len(users) == 1:
+            it, idx = users[0]
+            if it.node.buf.name in stored and it.node.buf.name not in out and idx == {it.index}:
+                out[it.node.buf.name] = buffers[src]
+    return out
+
+
+# ---------------------------------------------------------------- the Python renderer
 
 
 def _fix_strides(t: torch.Tensor, size: tuple, stride: tuple) -> torch.Tensor:
@@ -48,65 +275,28 @@ def _tup(xs) -> str:
     return "(" + "".join(py_index(x) + ", " for x in xs) + ")"
 
 
-class WrapperBuilder:
-    """Generates ``call(args)`` for one graph."""
+class PythonWrapper:
+    """Spells a plan as ``def call(args)`` Python source plus the globals it needs."""
 
-    def __init__(self, inputs: list, constants: dict, outputs: list, device: str = "cpu",
-                 options: dict | None = None, checks: list | None = None):
-        self.inputs, self.constants, self.outputs = inputs, constants, outputs
-        self.checks: list[ir.IndexCheck] = checks or []
-        # a tuned kernel re-runs on its real arguments: none of them may be overwritten
-        self.inplace = not modes.tunes_kernels(options)
+    def __init__(self, constants: dict, libs: dict, device: str = "cpu"):
+        self.libs = libs
         self.device = "" if device == "cpu" else f", device={device!r}"  # allocations
         self.lines: list[str] = []
         self.globals: dict = {"torch": torch, "_fix": _fix_strides, "_view": _fast_view,
                               "_empty": torch.empty_strided, "_empty_cpu": _fast_empty_cpu}
-        self.bound: set = set()
+        self.globals.update(constants)
 
     def _const(self, value) -> str:
         name = f"c{len(self.globals)}"
         self.globals[name] = value
         return name
 
-    def _bind(self) -> None:
-        for pos, inp in enumerate(self.inputs):
-            if isinstance(inp, Buffer):
-                self.lines.append(f"{inp.name} = args[{pos}]")
-                for d, (s, st) in enumerate(zip(inp.size, inp.stride)):
-                    for e, what in ((s, "size"), (st, "stride")):
-                        if isinstance(e, sympy.Symbol) and e not in self.bound:
-                            self.lines.append(f"{e.name} = {inp.name}.{what}({d})")
-                            self.bound.add(e)
-            elif isinstance(inp, sympy.Symbol) and inp not in self.bound:
-                self.lines.append(f"{inp.name} = args[{pos}]")
-                self.bound.add(inp)
-        fixes = [inp for inp in self.inputs if isinstance(inp, Buffer) and inp.size]
-        for inp in fixes:
-            self._need(inp.size + inp.stride)
-        if fixes:  # one comparison on the common path, the per-input check only on a miss
-            got = "".join(f"{inp.name}.stride(), " for inp in fixes)
-            want = "".join(f"{_tup(inp.stride)}, " for inp in fixes)
-            self.lines.append(f"if ({got}) != ({want}):")
-            self.lines += [f"    {inp.name} = _fix({inp.name}, {_tup(inp.size)}, "
-                           f"{_tup(inp.stride)})" for inp in fixes]
-        for name, t in self.constants.items():
-            self.globals[name] = t
-
-    def _need(self, exprs) -> None:
-        for e in exprs:
-            missing = sympy.sympify(e).free_symbols - self.bound
-            if missing:
-                raise Unsupported(f"size symbols {sorted(map(str, missing))} are not bound "
-                                  f"by any input")
-
     def _arg(self, a) -> str:
         if isinstance(a, StridedView):
             if a.is_natural():
                 return a.buf.name
-            self._need(a.size + a.stride + [a.offset])
             return f"_view({a.buf.name}, {_tup(a.size)}, {_tup(a.stride)}, {py_index(a.offset)})"
         if isinstance(a, sympy.Expr):
-            self._need([a])
             return py_index(a) if a.is_integer else f"float({py_index(a)})"
         if isinstance(a, (list, tuple)):
             inner = "".join(self._arg(x) + ", " for x in a)
@@ -117,132 +307,75 @@ class WrapperBuilder:
             return repr(a) if a == a and abs(a) != float("inf") else self._const(a)
         return self._const(a)
 
-    def generate(self, steps: list, libs: dict, buffers: dict) -> tuple[str, dict]:
-        self._bind()
-        last_use: dict[str, int] = {}
-        for i, step in enumerate(steps):
-            names = ([b.name for b in step.reads] if isinstance(step, Extern) else
-                     list(_kernel_args(libs, step)))
-            for n in names:
-                last_use[n] = i
-        out_names = {o.buf.name for o in self.outputs if isinstance(o, StridedView)}
-        out_names |= {c.flag.buf.name for c in self.checks}  # read after every kernel
-        pool: dict[str, list[str]] = {}
-        reusable: set[str] = set()
-        segment = None  # reduce-overhead: the native entry running the current kernel run
-        for i, step in enumerate(steps):
-            if isinstance(step, Extern):
-                self._extern(step)
-                schema = getattr(step.op, "_schema", None)  # None: a higher-order op
-                aliasing = schema is None or any(r.alias_info is not None
-                                                 for r in schema.returns)
-                if aliasing:
-                    reusable -= {b.name for b in step.reads}
-                else:  # fresh tensors: their memory may serve later kernels
-                    reusable |= {b.name for b in step.outs if b is not None and b.name not in
-                                 out_names and b.name in last_use}
-            else:
-                fn, arg_spec = libs[step.name]
-                segment = libs.get(f"seg:{step.name}", segment)
-                inplace = _inplace_candidates(step, {n for n in reusable if last_use[n] == i},
-                                              buffers) if self.inplace else {}
-                for b in step.outputs:
-                    self._need(b.size + b.stride)
-                    key = f"{_tup(b.size)}{_tup(b.stride)}{b.dtype}"
-                    src = inplace.get(b.name)
-                    if src is not None and f"{_tup(src.size)}{_tup(src.stride)}{src.dtype}" == key:
-                        self.lines.append(f"{b.name} = {src.name}  # in place")
-                        reusable.discard(src.name)
-                        inplace = {k: v for k, v in inplace.items() if v is not src}
-                    elif pool.get(key):
-                        self.lines.append(f"{b.name} = {pool[key].pop()}  # reuse")
-                    elif not self.device:
-                        self.lines.append(f"{b.name} = _empty_cpu({_tup(b.size)}, "
-                                          f"{_tup(b.stride)}, {b.dtype})")
-                    else:
-                        self.lines.append(f"{b.name} = _empty({_tup(b.size)}, "
-                                          f"{_tup(b.stride)}, dtype={b.dtype}{self.device})")
-                    if b.name not in out_names:
-                        reusable.add(b.name)
-                if segment is None:
-                    self._call(step.name, fn, arg_spec)
-                elif step.name == segment[2][-1]:  # allocations done: run the whole segment
-                    self._call(f"seg_{segment[2][0]}", segment[0], segment[1])
-                    segment = None
-            for n, last in last_use.items():
-                if last == i and n in reusable:
-                    b = self._buffer(steps, n)
-                    key = f"{_tup(b.size)}{_tup(b.stride)}{b.dtype}"
-                    pool.setdefault(key, []).append(n)
-                    reusable.discard(n)
-        for c in self.checks:
-            self.lines.append(f"if {self._arg(c.flag)}.item(): raise IndexError({c.message!r})")
-        rets = []
-        for o in self.outputs:
-            rets.append("None" if o is None else self._arg(o))
-        self.lines.append(f"return [{', '.join(rets)}]")
+    def render(self, steps: list[WrapperStep]) -> tuple[str, dict]:
+        for s in steps:
+            getattr(self, "_" + type(s).__name__)(s)
         src = "def call(args):\n" + "\n".join("    " + ln for ln in self.lines) + "\n"
         return src, self.globals
 
-    def _call(self, name: str, fn, arg_spec: list) -> None:
-        self.globals[name] = fn
+    def _BindInput(self, s: BindInput):
+        self.lines.append(f"{s.name} = args[{s.pos}]")
+
+    def _BindSize(self, s: BindSize):
+        self.lines.append(f"{s.sym.name} = {s.buf.name}.{s.what}({s.dim})")
+
+    def _BindSymbol(self, s: BindSymbol):
+        self.lines.append(f"{s.sym.name} = args[{s.pos}]")
+
+    def _FixStrides(self, s: FixStrides):
+        # one comparison on the common path, the per-input check only on a miss
+        got = "".join(f"{b.name}.stride(), " for b in s.bufs)
+        want = "".join(f"{_tup(b.stride)}, " for b in s.bufs)
+        self.lines.append(f"if ({got}) != ({want}):")
+        self.lines += [f"    {b.name} = _fix({b.name}, {_tup(b.size)}, {_tup(b.stride)})"
+                       for b in s.bufs]
+
+    def _Alias(self, s: Alias):
+        self.lines.append(f"{s.name} = {s.src}  # {s.why}")
+
+    def _Alloc(self, s: Alloc):
+        b = s.buf
+        if not self.device:
+            self.lines.append(f"{b.name} = _empty_cpu({_tup(b.size)}, {_tup(b.stride)}, "
+                              f"{b.dtype})")
+        else:
+            self.lines.append(f"{b.name} = _empty({_tup(b.size)}, {_tup(b.stride)}, "
+                              f"dtype={b.dtype}{self.device})")
+
+    def _CallKernel(self, s: CallKernel):
+        self.globals[s.name] = self.libs[s.key][0]
         args = [f"{a.value}.data_ptr()" if a.kind is ArgKind.POINTER else
-                a.value if a.kind is ArgKind.TENSOR else py_index(a.value) for a in arg_spec]
-        for a in arg_spec:
-            if a.kind is ArgKind.SIZE:
-                self._need([a.value])
-        self.lines.append(f"{name}({', '.join(args)})")
+                a.value if a.kind is ArgKind.TENSOR else py_index(a.value) for a in s.spec]
+        self.lines.append(f"{s.name}({', '.join(args)})")
 
-    @staticmethod
-    def _buffer(steps, name):
-        for s in steps:
-            outs = s.outs if isinstance(s, Extern) else s.outputs
-            for b in outs:
-                if b is not None and b.name == name:
-                    return b
-        raise KeyError(name)
-
-    def _extern(self, step: Extern) -> None:
+    def _CallExtern(self, s: CallExtern):
+        step = s.step
         op = self._const(step.op)
         kwargs = ", ".join(f"{k!r}: {self._arg(v)}" for k, v in step.kwargs.items())
         call = f"{op}(*{self._arg(tuple(step.args))}, **{{{kwargs}}})  # {step.op}"
-        outs = [b for b in step.outs]
         if step.out_tree == "single":
-            self.lines.append(f"{outs[0].name} = {call}")
+            self.lines.append(f"{step.outs[0].name} = {call}")
         else:
             self.lines.append(f"_r = {call}")
-            for k, b in enumerate(outs):
+            for k, b in enumerate(step.outs):
                 if b is not None:
                     self.lines.append(f"{b.name} = _r[{k}]")
-        for b in outs:
+        for b in step.outs:
             if b is not None and b.size:
-                self._need(b.size + b.stride)
                 self.lines.append(f"{b.name} = _fix({b.name}, {_tup(b.size)}, {_tup(b.stride)})")
 
+    def _Check(self, s: Check):
+        self.lines.append(f"if {self._arg(s.flag)}.item(): raise IndexError({s.message!r})")
 
-def _inplace_candidates(k: Kernel, dying: set, buffers: dict) -> dict:
-    """Outputs that may overwrite a buffer dying in this kernel: in a single pointwise loop,
-    the dying buffer is read by that output's item alone, only at the element it stores."""
-    if len(k.stages) != 1 or any(it.kind != "store" for it in k.stages[0].items):
-        return {}
-    readers: dict[str, list] = {}
-    gathered = set().union(*(ir.gathered(it.expr) for it in k.stages[0].items))
-    dying = dying - gathered  # read at data-dependent places: never overwritten in place
-    for it in k.stages[0].items:
-        loads = ir.loads(it.expr)
-        for src in {ld.buf for ld in loads if ld.buf in dying}:
-            idx = {ld.index for ld in loads if ld.buf == src}
-            readers.setdefault(src, []).append((it, idx))
-    stored = {b.name for b in k.outputs}
-    out = {}
-    for src, users in readers.items():
-        if len(users) == 1:
-            it, idx = users[0]
-            if it.node.buf.name in stored and it.node.buf.name not in out and idx == {it.index}:
-                out[it.node.buf.name] = buffers[src]
-    return out
+    def _Return(self, s: Return):
+        rets = ["None" if o is None else self._arg(o) for o in s.outputs]
+        self.lines.append(f"return [{', '.join(rets)}]")
 
 
-def _kernel_args(libs, k: Kernel):
-    _, spec = libs[k.name]
-    return [a.value for a in spec if a.kind is not ArgKind.SIZE]
+def segments_of(libs: dict) -> dict:
+    """``plan``'s ``segments`` from the libs ``cpp_kernels.load`` returns."""
+    return {key[4:]: entry for key, entry in libs.items() if key.startswith("seg:")}
+
+
+def specs_of(libs: dict) -> dict:
+    return {key: entry[1] for key, entry in libs.items() if not key.startswith("seg:")}

@@ -214,6 +214,92 @@ def _load(source: str, options: dict | None, name: str = "k.cpp",
     return lib
 
 
+def torch_flags() -> tuple[list[str], list[str]]:
+    """Compile and link flags for C++ that uses ATen from the torch wheel (no Python)."""
+    import torch
+    from torch.utils import cpp_extension
+
+    abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
+    cflags = [f"-I{p}" for p in cpp_extension.include_paths()] + \
+        [f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
+    libdirs = cpp_extension.library_paths()
+    lflags = [f"-L{p}" for p in libdirs] + [f"-Wl,-rpath,{p}" for p in libdirs] + \
+        ["-ltorch", "-ltorch_cpu", "-lc10"]
+    return cflags, lflags
+
+
+def _precompiled(header: str, text: str, cmd: list[str]) -> str | None:
+    """A cached precompiled ``header`` for compiles run with ``cmd``'s flags (the ATen headers
+    cost seconds per wrapper otherwise), checked against its digest; None if g++ refuses."""
+    global builds
+    cxx, version = compiler()
+    k = cache.key(text, " ".join(cmd), cxx, version)
+    target = cache.entry(k, ".gch")
+    if target.exists() and _check_entry(target, k) is None:
+        return str(target)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        with open(os.path.join(tmp, header), "w") as f:
+            f.write(text)
+        out = os.path.join(tmp, "h.gch")
+        proc = subprocess.run([*cmd, "-x", "c++-header", header, "-o", out], cwd=tmp,
+                              capture_output=True, text=True)
+        builds += 1
+        if proc.returncode != 0:
+            log.info("no precompiled %s (%s)", header, proc.stderr[-500:])
+            return None
+        digest = os.path.join(tmp, "h.sha256")
+        with open(digest, "w") as f:
+            f.write(_digest(out))
+        os.replace(digest, target.with_suffix(".sha256"))
+        os.replace(out, target)
+    return str(target)
+
+
+def build_library(kernels: str, wrapper: str, headers: dict[str, str],
+                  options: dict | None = None) -> bytes:
+    """Compile an ahead-of-time package's kernels (as the JIT builds them) and its ATen
+    wrapper in parallel, link them against libtorch, and return the library's bytes.
+
+    The first header in ``headers`` is the wrapper's prelude: it is precompiled once per
+    machine and flags (cached), since parsing ATen's headers dominates the wrapper's build."""
+    global builds
+    cxx, _ = compiler()
+    level_flags = isa.flags(isa.selected(options))
+    cflags, lflags = torch_flags()
+    base = [f for f in BASE_FLAGS if f != "-shared"]
+    wrapper_cmd = [cxx, "-O1", *level_flags, "-fPIC", "-std=c++17", "-w", *cflags]
+    with tempfile.TemporaryDirectory(prefix="ember-aot-") as tmp:
+        for file, text in {**headers, "kernels.cpp": kernels, "wrapper.cpp": wrapper}.items():
+            with open(os.path.join(tmp, file), "w") as f:
+                f.write(text)
+        if headers:
+            prelude = next(iter(headers))
+            pch = _precompiled(prelude, headers[prelude], wrapper_cmd)
+            if pch is not None:
+                os.symlink(pch, os.path.join(tmp, prelude + ".gch"))
+        jobs = {
+            "kernels": [cxx, base[0], *level_flags, *base[1:], "-c", "kernels.cpp",
+                        "-o", "kernels.o"],
+            "wrapper": [*wrapper_cmd, "-c", "wrapper.cpp", "-o", "wrapper.o"],
+        }
+        procs = {k: subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+                 for k, cmd in jobs.items()}
+        for name, proc in procs.items():
+            _, err = proc.communicate()
+            if proc.returncode != 0:
+                raise BuildError(f"{cxx} failed on the package's {name}:\n{err[-4000:]}")
+        libs = ["-lmvec"] if has_libmvec() else []
+        proc = subprocess.run([cxx, "-shared", "-fopenmp", "kernels.o", "wrapper.o",
+                               "-o", "model.so", *lflags, *libs], cwd=tmp,
+                              capture_output=True, text=True)
+        builds += 1
+        if proc.returncode != 0:
+            raise BuildError(f"{cxx} failed to link the package:\n{proc.stderr[-4000:]}")
+        with open(os.path.join(tmp, "model.so"), "rb") as f:
+            return f.read()
+
+
 def _serial_after_fork() -> None:
     """libgomp's thread pool does not survive fork: a team of more than one thread in the child
     (a DataLoader worker, say) would wait forever on the parent's threads. Child processes run

@@ -70,6 +70,16 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+def portable_level() -> str:
+    """The highest x86-64 level this CPU runs (what an ahead-of-time package is built for
+    under ``native``: any machine of that level can load it)."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return "native"
+    have = cpu_flags()
+    return next(n for n in ("x86-64-v4", "x86-64-v3", "x86-64-v2", "x86-64")
+                if LEVELS[n].needs <= have)
+
+
 def flags(name: str) -> list[str]:
     """The g++ flags for level ``name`` (already checked by ``selected``)."""
     if name == "native":

@@ -1,0 +1,138 @@
+"""The ahead-of-time package file: one uncompressed zip (``.pt2``) that both loaders read.
+
+Members: ``manifest.txt`` (one record per line, what the C++ loader reads), ``metadata.json``
+(the same plus the call's pytree specs, for Python), ``model.so`` (kernels and the C++
+wrapper, linked against libtorch), ``weights.bin`` (every weight and constant, each at a
+64-byte aligned offset; weights may be left out), and ``source/`` (the generated C++, for
+reading). Every member is checked against its zip CRC-32 when read, so a truncated or altered
+package is refused before anything is loaded from it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+FORMAT = 1
+ENTRY = "ember_aot_run"  # the library's C entry (codegen/cpp_wrapper.py renders it)
+ALIGN = 64
+MANIFEST, METADATA, LIBRARY, WEIGHTS = "manifest.txt", "metadata.json", "model.so", "weights.bin"
+DTYPES = {
+    "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+    "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32,
+    "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool,
+}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+
+class PackageError(ValueError):
+    """A package that cannot be used here: unreadable, altered, or built for another
+    Ember, torch or instruction set."""
+
+
+@dataclass
+class Arg:
+    """One entry of the wrapper's argument array (placeholders, then lowering constants)."""
+
+    kind: str  # "weight" | "constant" | "input"
+    name: str  # state_dict key, constant name or input name
+    dtype: str = ""
+    size: list = field(default_factory=list)  # ints, or size expressions (str) for inputs
+    offset: int = -1  # in weights.bin; -1: not in the package
+    nbytes: int = 0
+
+
+@dataclass
+class Metadata:
+    ember_version: str
+    torch_version: str
+    isa: str  # the x86-64 level the library was built for ("native" off x86)
+    isa_needs: list  # CPU flags that level needs
+    args: list  # Arg records
+    n_outputs: int
+    ranges: dict  # size symbol -> [lo, hi]
+    in_spec: str  # torch.utils._pytree.treespec_dumps of the call's (args, kwargs)
+    out_spec: str
+    weights_included: bool
+    format: int = FORMAT
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> Metadata:
+        d = json.loads(text)
+        d["args"] = [Arg(**a) for a in d["args"]]
+        return cls(**d)
+
+
+def manifest(meta: Metadata) -> str:
+    """The C++ loader's view of the metadata: whitespace-separated records, one per line."""
+    lines = [f"ember-aot {meta.format}", f"ember {meta.ember_version}",
+             f"torch {meta.torch_version}", " ".join(["isa", meta.isa, *meta.isa_needs]),
+             f"outputs {meta.n_outputs}", f"weights {int(meta.weights_included)}"]
+    for i, a in enumerate(meta.args):
+        if a.kind == "input":
+            lines.append(f"input {i} {a.name}")
+        else:
+            lines.append(f"tensor {i} {a.kind} {a.name} {a.dtype} {len(a.size)} "
+                         f"{' '.join(map(str, a.size))} {a.offset} {a.nbytes}".replace("  ", " "))
+    return "\n".join(lines) + "\n"
+
+
+def weights_blob(meta: Metadata, tensors: list, include_weights: bool) -> bytes:
+    """Lay the tensors out (contiguous, aligned) and record each offset in ``meta.args``."""
+    out = io.BytesIO()
+    for a, t in zip(meta.args, tensors):
+        if t is None or (a.kind == "weight" and not include_weights):
+            continue
+        pad = (-out.tell()) % ALIGN
+        out.write(b"\0" * pad)
+        data = t.detach().contiguous().cpu()
+        raw = data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b""
+        a.offset, a.nbytes = out.tell(), len(raw)
+        out.write(raw)
+    return out.getvalue()
+
+
+def write(path: str, meta: Metadata, library: bytes, weights: bytes,
+          sources: dict[str, str]) -> None:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=False) as z:
+        z.writestr(MANIFEST, manifest(meta))
+        z.writestr(METADATA, meta.to_json())
+        z.writestr(LIBRARY, library)
+        z.writestr(WEIGHTS, weights)
+        for name, text in sources.items():
+            z.writestr(f"source/{name}", text)
+
+
+@dataclass
+class Contents:
+    meta: Metadata
+    library: bytes
+    weights: bytes
+
+
+def read(path: str) -> Contents:
+    """Read and check a package; any damage raises :class:`PackageError` naming it."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = set(z.namelist())
+            missing = {MANIFEST, METADATA, LIBRARY, WEIGHTS} - names
+            if missing:
+                raise PackageError(f"{path} is not an Ember package (no "
+                                   f"{', '.join(sorted(missing))})")
+            meta = Metadata.from_json(z.read(METADATA).decode())
+            return Contents(meta, z.read(LIBRARY), z.read(WEIGHTS))
+    except PackageError:
+        raise
+    except FileNotFoundError as e:
+        raise PackageError(f"no package at {path}") from e
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, KeyError,
+            ValueError, TypeError, UnicodeDecodeError) as e:
+        raise PackageError(f"{path} is damaged or not an Ember package: "
+                           f"{type(e).__name__}: {e}") from e

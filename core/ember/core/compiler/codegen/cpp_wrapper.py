@@ -1,0 +1,346 @@
+"""The C++ renderer of a wrapper plan (``codegen/wrapper.py``), for ahead-of-time packages.
+
+It spells the same steps as the Python wrapper in C++ against ATen: sizes bound from the
+inputs, ``at::detail::empty_strided_cpu`` allocations, our kernels called with data pointers,
+extern ATen ops called boxed through the dispatcher (any registered op, no per-op code), and
+one C entry the loaders call::
+
+    int <entry>(void* const* args, void** outputs, char* err, int64_t err_len);
+
+``args`` are ``at::Tensor*`` (the graph's placeholders in order, then its constants);
+``outputs`` receive ``new at::Tensor`` objects the caller owns. The status is 0, or one of
+``BadInput`` (1), ``Failed`` (2), ``IndexError`` (3) with a message in ``err``. The inputs
+the caller supplies are checked first (device, dtype, rank, static sizes, dynamic ranges).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from importlib import resources
+
+import sympy
+import torch
+
+from ember.core.compiler.codegen import cpp
+from ember.core.compiler.codegen.common import ArgKind, cpp_index
+from ember.core.compiler.codegen.wrapper import (
+    Alias,
+    Alloc,
+    BindInput,
+    BindSize,
+    BindSymbol,
+    CallExtern,
+    CallKernel,
+    Check,
+    FixStrides,
+    Return,
+    WrapperStep,
+)
+from ember.core.compiler.ir import StridedView, Unsupported
+
+# dtype -> c10::ScalarType enumerator
+SCALAR_TYPES = {
+    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+    torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
+    torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool",
+    torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+}
+_LAYOUTS = {torch.strided: "c10::Layout::Strided"}
+_MEMORY_FORMATS = {torch.contiguous_format: "c10::MemoryFormat::Contiguous",
+                   torch.channels_last: "c10::MemoryFormat::ChannelsLast",
+                   torch.preserve_format: "c10::MemoryFormat::Preserve"}
+# operator namespaces whose kernels libtorch registers in C++ (others need Python)
+NATIVE_NAMESPACES = ("aten",)
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A caller-supplied graph input: its placeholder position, name, dtype and sizes."""
+
+    pos: int
+    name: str
+    dtype: torch.dtype
+    size: tuple  # ints and sympy expressions over the dynamic dimensions
+
+
+def prelude() -> str:
+    """``cpp_wrapper_prelude.h`` (package data), included by every generated wrapper."""
+    return resources.files("ember.core.compiler.codegen").joinpath(
+        "cpp_wrapper_prelude.h").read_text()
+
+
+def scalar_type(dtype: torch.dtype) -> str:
+    if dtype not in SCALAR_TYPES:
+        raise Unsupported(f"dtype {dtype} has no ahead-of-time spelling")
+    return f"c10::ScalarType::{SCALAR_TYPES[dtype]}"
+
+
+def _ints(xs) -> str:
+    return "{" + ", ".join(cpp_index(x) for x in xs) + "}"
+
+
+def _double(x: float) -> str:
+    if math.isnan(x):
+        return "std::numeric_limits<double>::quiet_NaN()"
+    if math.isinf(x):
+        return ("" if x > 0 else "-") + "std::numeric_limits<double>::infinity()"
+    return repr(float(x))
+
+
+class CppWrapper:
+    """Spells a plan as a C++ translation unit calling the kernels of ``kernel_specs``."""
+
+    def __init__(self, entry: str, buffers: dict, n_args: int, constants: list[str],
+                 inputs: list[InputSpec], ranges: dict):
+        self.entry = entry  # the C entry's symbol
+        self.buffers = buffers
+        self.n_args = n_args  # placeholders; the constants follow them in ``args``
+        self.constants = constants
+        self.inputs, self.ranges = inputs, ranges
+        self.lines: list[str] = []
+        self.decls: dict[str, str] = {}  # kernel prototypes
+        self.ops: dict[str, str] = {}  # qualified op name -> static handle variable
+        self.tmp = 0
+
+    # ------------------------------------------------------------------ arguments
+    def _tensor(self, a) -> str:
+        if not isinstance(a, StridedView):
+            raise Unsupported(f"expected a tensor argument, got {type(a).__name__}")
+        if a.is_natural():
+            return a.buf.name
+        return (f"ember_aot::view({a.buf.name}, {_ints(a.size)}, {_ints(a.stride)}, "
+                f"{cpp_index(a.offset)})")
+
+    def _ivalue(self, a, typ) -> str:
+        kind = typ.kind()
+        if kind == "OptionalType":
+            return "c10::IValue()" if a is None else self._ivalue(a, typ.getElementType())
+        if a is None:
+            return "c10::IValue()"
+        if kind == "TensorType":
+            return f"c10::IValue({self._tensor(a)})"
+        if kind in ("IntType", "SymIntType"):
+            return f"c10::IValue(static_cast<int64_t>({self._int(a)}))"
+        if kind == "FloatType":
+            return f"c10::IValue({self._float(a)})"
+        if kind == "BoolType":
+            return f"c10::IValue({'true' if a else 'false'})"
+        if kind == "NumberType":  # a Scalar
+            if isinstance(a, bool):
+                return f"c10::IValue({'true' if a else 'false'})"
+            if isinstance(a, int) or (isinstance(a, sympy.Expr) and a.is_integer):
+                return f"c10::IValue(static_cast<int64_t>({self._int(a)}))"
+            return f"c10::IValue({self._float(a)})"
+        if kind == "StringType":
+            return f"c10::IValue(std::string({_c_string(a)}))"
+        if kind == "ScalarTypeType":
+            return f"c10::IValue(static_cast<int64_t>({scalar_type(a)}))"
+        if kind == "LayoutType" and a in _LAYOUTS:
+            return f"c10::IValue(static_cast<int64_t>({_LAYOUTS[a]}))"
+        if kind == "MemoryFormatType" and a in _MEMORY_FORMATS:
+            return f"c10::IValue(static_cast<int64_t>({_MEMORY_FORMATS[a]}))"
+        if kind == "DeviceObjType":
+            dev = torch.device(a)
+            if dev.type != "cpu":
+                raise Unsupported(f"ahead-of-time packages run on CPU; an op asks for {dev}")
+            return 'c10::IValue(c10::Device("cpu"))'
+        if kind == "ListType":
+            return self._list(a, typ.getElementType())
+        raise Unsupported(f"argument {a!r} of type {typ} has no ahead-of-time spelling")
+
+    def _list(self, items, elem) -> str:
+        kind = elem.kind()
+        if kind in ("IntType", "SymIntType"):
+            return f"c10::IValue(c10::List<int64_t>({{{', '.join(self._int(x) for x in items)}}}))"
+        if kind == "FloatType":
+            return f"c10::IValue(c10::List<double>({{{', '.join(self._float(x) for x in items)}}}))"
+        if kind == "BoolType":
+            inner = ", ".join("true" if x else "false" for x in items)
+            return f"c10::IValue(c10::List<bool>({{{inner}}}))"
+        if kind == "TensorType":
+            inner = ", ".join(self._tensor(x) for x in items)
+            return f"c10::IValue(c10::List<at::Tensor>({{{inner}}}))"
+        if kind == "OptionalType" and elem.getElementType().kind() == "TensorType":
+            inner = ", ".join("std::optional<at::Tensor>()" if x is None else
+                              f"ember_aot::some({self._tensor(x)})" for x in items)
+            return f"c10::IValue(c10::List<std::optional<at::Tensor>>({{{inner}}}))"
+        raise Unsupported(f"list argument of {elem} has no ahead-of-time spelling")
+
+    @staticmethod
+    def _int(a) -> str:
+        if isinstance(a, bool):
+            return "1" if a else "0"
+        if isinstance(a, int):
+            return f"{a}LL" if abs(a) > 2**31 - 1 else str(a)
+        if isinstance(a, sympy.Expr):
+            return cpp_index(a)
+        raise Unsupported(f"expected an integer, got {a!r}")
+
+    @staticmethod
+    def _float(a) -> str:
+        if isinstance(a, sympy.Expr):
+            return f"static_cast<double>({cpp_index(a)})"
+        if isinstance(a, (int, float)):
+            return _double(float(a))
+        raise Unsupported(f"expected a number, got {a!r}")
+
+    # ------------------------------------------------------------------ steps
+    def render(self, steps: list[WrapperStep]) -> str:
+        for s in steps:
+            getattr(self, "_" + type(s).__name__)(s)
+        body = "\n".join("  " + ln for ln in self.lines)
+        checks = "\n".join("  " + ln for ln in self._input_checks())
+        decls = "\n".join(self.decls.values())
+        consts = "".join(f"  at::Tensor {name} = *args[{self.n_args + i}];\n"
+                         for i, name in enumerate(self.constants))
+        return f"""#include "cpp_wrapper_prelude.h"
+
+extern "C" {{
+{decls}
+}}
+
+static std::vector<at::Tensor> ember_graph(at::Tensor* const* args) {{
+{checks}
+{consts}{body}
+}}
+
+extern "C" int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) {{
+  try {{
+    std::vector<at::Tensor> outs = ember_graph(reinterpret_cast<at::Tensor* const*>(args));
+    for (size_t i = 0; i < outs.size(); ++i) outputs[i] = new at::Tensor(std::move(outs[i]));
+    return ember_aot::kOk;
+  }} catch (const ember_aot::BadInput& e) {{
+    return ember_aot::report(e.what(), err, err_len, ember_aot::kBadInput);
+  }} catch (const ember_aot::IndexOutOfRange& e) {{
+    return ember_aot::report(e.what(), err, err_len, ember_aot::kIndexError);
+  }} catch (const std::exception& e) {{
+    return ember_aot::report(e.what(), err, err_len, ember_aot::kFailed);
+  }}
+}}
+"""
+
+    def _input_checks(self) -> list[str]:
+        out, bound = [], {}
+        for spec in self.inputs:
+            t, name = f"(*args[{spec.pos}])", _c_string(spec.name)
+            out.append(f"ember_aot::expect_rank({t}, {name}, {len(spec.size)});")
+            out.append(f"ember_aot::expect_dtype({t}, {name}, {scalar_type(spec.dtype)});")
+            for d, s in enumerate(spec.size):
+                s = sympy.sympify(s)
+                if s.is_Integer:
+                    out.append(f"ember_aot::expect_size({t}, {name}, {d}, {int(s)});")
+                elif isinstance(s, sympy.Symbol) and s not in bound:
+                    lo, hi = self.ranges.get(s.name, (0, 2**62))
+                    bound[s] = True
+                    out.append(f"ember_aot::expect_range({t}.size({d}), {name}, {d}, "
+                               f"{_c_string(s.name)}, {lo}, {hi});")
+                    out.append(f"const int64_t chk_{s.name} = {t}.size({d});")
+                else:
+                    want = cpp_index(s.subs({b: sympy.Symbol(f"chk_{b.name}") for b in bound}))
+                    if s.free_symbols - set(bound):
+                        raise Unsupported(f"input {spec.name!r} dimension {d} is {s}, which no "
+                                          f"earlier dimension binds")
+                    out.append(f"ember_aot::expect_equal({t}.size({d}), {want}, {name}, {d}, "
+                               f"{_c_string(str(s))});")
+        return out
+
+    def _BindInput(self, s: BindInput):
+        self.lines.append(f"at::Tensor {s.name} = *args[{s.pos}];")
+
+    def _BindSize(self, s: BindSize):
+        self.lines.append(f"const int64_t {s.sym.name} = {s.buf.name}.{s.what}({s.dim});")
+
+    def _BindSymbol(self, s: BindSymbol):
+        raise Unsupported(f"size symbol {s.sym} is a graph input of its own; ahead-of-time "
+                          f"packages take sizes from their tensors")
+
+    def _FixStrides(self, s: FixStrides):
+        for b in s.bufs:
+            self.lines.append(f"{b.name} = ember_aot::fix({b.name}, {_ints(b.size)}, "
+                              f"{_ints(b.stride)});")
+
+    def _Alias(self, s: Alias):
+        self.lines.append(f"at::Tensor {s.name} = {s.src};  // {s.why}")
+
+    def _Alloc(self, s: Alloc):
+        b = s.buf
+        self.lines.append(f"at::Tensor {b.name} = ember_aot::empty({_ints(b.size)}, "
+                          f"{_ints(b.stride)}, {scalar_type(b.dtype)});")
+
+    def _CallKernel(self, s: CallKernel):
+        params, args = [], []
+        for a in s.spec:
+            if a.kind is ArgKind.POINTER:
+                ctype = cpp.CTYPES[self.buffers[a.value].dtype]
+                params.append(f"{ctype}*")
+                args.append(f"static_cast<{ctype}*>({a.value}.data_ptr())")
+            elif a.kind is ArgKind.SIZE:
+                params.append("int64_t")
+                args.append(cpp_index(a.value))
+            else:
+                raise Unsupported("ahead-of-time packages call C++ kernels only")
+        self.decls[s.name] = f"void {s.name}({', '.join(params)});"
+        self.lines.append(f"{s.name}({', '.join(args)});")
+
+    def _op_handle(self, op) -> str:
+        schema = getattr(op, "_schema", None)
+        if schema is None:
+            raise Unsupported(f"{op} is not an operator ahead-of-time packages can call")
+        ns = schema.name.split("::")[0]
+        if ns not in NATIVE_NAMESPACES:
+            raise Unsupported(f"{schema.name} is registered from Python; a package running "
+                              f"without Python cannot call it")
+        key = f"{schema.name}.{schema.overload_name}"
+        if key not in self.ops:
+            self.ops[key] = f"op{len(self.ops)}"
+        return self.ops[key]
+
+    def _CallExtern(self, s: CallExtern):
+        step = s.step
+        handle = self._op_handle(step.op)
+        schema = step.op._schema
+        values = []
+        for i, arg in enumerate(schema.arguments):
+            if i < len(step.args):
+                v = step.args[i]
+            elif arg.name in step.kwargs:
+                v = step.kwargs[arg.name]
+            elif arg.has_default_value():
+                v = arg.default_value
+            else:
+                raise Unsupported(f"{schema.name}: argument {arg.name!r} is missing")
+            values.append(self._ivalue(v, arg.type))
+        self.tmp += 1
+        st = f"st{self.tmp}"
+        self.lines.append(f"static const c10::OperatorHandle {handle}_{self.tmp} = "
+                          f"ember_aot::op({_c_string(schema.name)}, "
+                          f"{_c_string(schema.overload_name)});")
+        self.lines.append(f"std::vector<c10::IValue> {st};")
+        self.lines.append(f"{st}.reserve({max(len(values), len(schema.returns))});")
+        for v in values:
+            self.lines.append(f"{st}.emplace_back({v});")
+        self.lines.append(f"{handle}_{self.tmp}.callBoxed(&{st});  // {step.op}")
+        for k, b in enumerate(step.outs):
+            if b is None:
+                continue
+            if step.out_tree == "list":
+                got = f"{st}[0].toTensorVector()[{k}]"
+            else:
+                got = f"{st}[{0 if step.out_tree == 'single' else k}].toTensor()"
+            if b.size:
+                got = f"ember_aot::fix({got}, {_ints(b.size)}, {_ints(b.stride)})"
+            self.lines.append(f"at::Tensor {b.name} = {got};")
+
+    def _Check(self, s: Check):
+        self.lines.append(f"if ({self._tensor(s.flag)}.item<bool>()) throw "
+                          f"ember_aot::IndexOutOfRange({_c_string(s.message)});")
+
+    def _Return(self, s: Return):
+        outs = ["at::Tensor()" if o is None else self._tensor(o) for o in s.outputs]
+        self.lines.append(f"return {{{', '.join(outs)}}};")
+
+
+def _c_string(s: str) -> str:
+    out = s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{out}"'

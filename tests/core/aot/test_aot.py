@@ -1,0 +1,326 @@
+"""Ahead-of-time packages: aot_compile -> aot_load (Python) and ember::aot::Model (C++),
+compared with the eager model; bad inputs and damaged packages fail with our errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+import torch
+from torch import nn
+
+from ember.core import __version__ as ember_version
+from ember.core import aot
+from ember.core.aot import package
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+BATCH = torch.export.Dim("batch", min=1, max=64)
+
+
+def mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.GELU(),
+                         nn.Linear(32, 4)).eval()
+
+
+def cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Conv2d(8, 8, 3), nn.BatchNorm2d(8),
+                         nn.Hardswish(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(8, 10)).eval()
+
+
+def encoder() -> nn.Module:
+    from ember.core.nn.transformer import TransformerEncoderLayer
+
+    torch.manual_seed(0)
+    return nn.Sequential(*[TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+                           for _ in range(2)]).eval()
+
+
+def _close(got, want, dtype):
+    tol = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else dict(atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got, want, **tol)
+
+
+def _compile(model, example, tmp_path, name, **kw):
+    return aot.aot_compile(model, (example,), dynamic_shapes=({0: BATCH},),
+                           path=str(tmp_path / f"{name}.pt2"), **kw)
+
+
+@pytest.fixture(scope="module")
+def mlp_package(tmp_path_factory):
+    path = _compile(mlp(), torch.randn(8, 16), tmp_path_factory.mktemp("mlp"), "mlp")
+    return path
+
+
+def test_mlp_matches_eager_at_every_batch_size(mlp_package):
+    model, loaded = mlp(), aot.aot_load(mlp_package)
+    with torch.no_grad():
+        for n in (1, 5, 64):
+            x = torch.randn(n, 16)
+            _close(loaded(x), model(x), torch.float32)
+
+
+def test_bad_inputs_name_the_input_and_what_was_expected(mlp_package):
+    loaded = aot.aot_load(mlp_package)
+    cases = [(torch.randn(65, 16), r"dimension 0 .* is 65, outside the package's range \[1, 64\]"),
+             (torch.randn(4, 15), "dimension 1 must be 16, got 15"),
+             (torch.randn(4, 16, dtype=torch.float64), "expected dtype Float, got Double"),
+             (torch.randn(16), "expected 2 dimensions, got 1"),
+             (torch.empty(4, 16, device="meta"), "expected a CPU tensor")]
+    for x, message in cases:
+        with pytest.raises(aot.AOTInputError, match=message):
+            loaded(x)
+    with pytest.raises(aot.AOTInputError, match=r"takes 1 tensor input\(s\) \(input\)"):
+        loaded(torch.randn(4, 16), torch.randn(4, 16))
+    with pytest.raises(aot.AOTInputError, match="'input' must be a tensor, got str"):
+        loaded("x")
+
+
+def test_package_holds_sources_metadata_and_weights(mlp_package):
+    with zipfile.ZipFile(mlp_package) as z:
+        names = set(z.namelist())
+        meta = json.loads(z.read("metadata.json"))
+        wrapper = z.read("source/wrapper.cpp").decode()
+    assert {"manifest.txt", "metadata.json", "model.so", "weights.bin",
+            "source/kernels.cpp", "source/wrapper.cpp"} <= names
+    assert meta["ember_version"] == ember_version
+    assert meta["isa"].startswith("x86-64") or meta["isa"] == "native"
+    assert meta["ranges"] and list(meta["ranges"].values())[0] == [1, 64]
+    assert "ember_aot_run" in wrapper and "callBoxed" in wrapper  # ATen externs, boxed
+    weights = [a for a in meta["args"] if a["kind"] == "weight"]
+    assert {a["name"] for a in weights} == set(mlp().state_dict())
+
+
+def _rewrite(src: str, dst: str, edit) -> None:
+    """Copy a package, passing each member through ``edit(name, bytes) -> bytes``."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, edit(info.filename, zin.read(info.filename)))
+
+
+def _edit_meta(key: str, value, manifest_line: tuple[str, str]):
+    def edit(name, data):
+        if name == "metadata.json":
+            meta = json.loads(data)
+            meta[key] = value
+            return json.dumps(meta).encode()
+        if name == "manifest.txt":
+            old, new = manifest_line
+            return data.decode().replace(old, new).encode()
+        return data
+    return edit
+
+
+@pytest.fixture(scope="module")
+def damaged(mlp_package, tmp_path_factory):
+    """Damaged copies of the MLP package: name -> (path, expected message)."""
+    d = tmp_path_factory.mktemp("damaged")
+    data = open(mlp_package, "rb").read()
+    out = {}
+    (d / "truncated.pt2").write_bytes(data[:len(data) // 2])
+    out["truncated"] = (str(d / "truncated.pt2"), "damaged or not an Ember package")
+    with zipfile.ZipFile(mlp_package) as z:
+        info = z.getinfo("model.so")
+        start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    flipped = bytearray(data)
+    for i in range(10):
+        flipped[start + 1000 + 997 * i] ^= 0x5A
+    (d / "flipped.pt2").write_bytes(bytes(flipped))
+    out["flipped"] = (str(d / "flipped.pt2"), "CRC")
+    version = ember_version
+    _rewrite(mlp_package, str(d / "version.pt2"),
+             _edit_meta("ember_version", "0.0.1", (f"ember {version}", "ember 0.0.1")))
+    out["version"] = (str(d / "version.pt2"), "built by Ember 0.0.1")
+    meta = package.read(mlp_package).meta
+    isa_line = " ".join(["isa", meta.isa, *meta.isa_needs])
+    _rewrite(mlp_package, str(d / "isa.pt2"),
+             _edit_meta("isa_needs", [*meta.isa_needs, "avx1024_imaginary"],
+                        (isa_line, isa_line + " avx1024_imaginary")))
+    if meta.isa != "native":
+        out["isa"] = (str(d / "isa.pt2"), "this CPU lacks avx1024_imaginary")
+    (d / "empty.pt2").write_bytes(b"")
+    out["empty"] = (str(d / "empty.pt2"), "damaged or not an Ember package")
+    return out
+
+
+def test_damaged_or_foreign_packages_are_refused_in_python(damaged):
+    for path, message in damaged.values():
+        with pytest.raises(aot.PackageError, match=message):
+            aot.aot_load(path)
+    with pytest.raises(aot.PackageError, match="no package at"):
+        aot.aot_load(str(damaged["truncated"][0]) + ".missing")
+
+
+def test_weights_left_out_and_supplied_at_load(tmp_path):
+    model = mlp()
+    path = _compile(model, torch.randn(8, 16), tmp_path, "bare",
+                    options={"package_weights": False})
+    with pytest.raises(aot.AOTInputError, match="built without its weights"):
+        aot.aot_load(path)
+    with torch.no_grad():  # a retrained model: new values, same layout, no recompiling
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))
+        model[1].running_var.mul_(3)
+    loaded = aot.aot_load(path, weights=model.state_dict())
+    x = torch.randn(6, 16)
+    with torch.no_grad():
+        _close(loaded(x), model(x), torch.float32)
+    bad = dict(model.state_dict())
+    bad["0.weight"] = torch.zeros(3, 3)
+    with pytest.raises(aot.AOTInputError, match=r"weights\['0.weight'\] must be"):
+        aot.aot_load(path, weights=bad)
+    with pytest.raises(aot.AOTInputError, match="does not use"):
+        aot.aot_load(path, weights={**model.state_dict(), "extra": torch.zeros(1)})
+
+
+def test_output_code_log_shows_the_cpp_wrapper(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="ember.output_code")
+    _compile(nn.Sequential(nn.Linear(4, 4), nn.Tanh()).eval(), torch.randn(2, 4), tmp_path, "log")
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "C++ wrapper" in text and "ember_aot_run" in text
+
+
+def test_loading_needs_no_compiler(mlp_package, tmp_path):
+    code = ("import torch, ember.core.aot as aot\n"
+            "from ember.core.compiler.runtime import build\n"
+            f"f = aot.aot_load({mlp_package!r})\n"
+            "y = f(torch.randn(3, 16))\n"
+            "assert y.shape == (3, 4) and build.builds == 0\n"
+            "print('ok')\n")
+    env = {**os.environ, "PATH": str(tmp_path), "CXX": "/nonexistent/g++"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("make,shape", [(cnn, (2, 3, 16, 16)), (encoder, (2, 10, 32))],
+                         ids=["cnn", "encoder"])
+def test_models_match_eager(make, shape, tmp_path):
+    model = make()
+    path = _compile(model, torch.randn(*shape), tmp_path, make.__name__)
+    loaded = aot.aot_load(path)
+    with torch.no_grad():
+        for n in (1, 3):
+            x = torch.randn(n, *shape[1:])
+            _close(loaded(x), model(x), torch.float32)
+
+
+def test_each_package_runs_its_own_library(mlp_package, tmp_path):
+    """Several packages in one process, loaded after others were dropped (descriptor numbers
+    reused): each runs its own code (the loader once ran the first package's for all)."""
+    import gc
+
+    tiny = nn.Sequential(nn.Linear(16, 3)).eval()
+    other = _compile(tiny, torch.randn(2, 16), tmp_path, "other")
+    for _ in range(2):
+        first = aot.aot_load(mlp_package)
+        del first
+        gc.collect()
+        a, b = aot.aot_load(mlp_package), aot.aot_load(other)
+        x = torch.randn(4, 16)
+        with torch.no_grad():
+            _close(a(x), mlp()(x), torch.float32)
+            _close(b(x), tiny(x), torch.float32)
+
+
+def _vision(name):
+    from ember.vision import models
+
+    torch.manual_seed(0)
+    return getattr(models, name)().eval()
+
+
+def _wav2letter():
+    from ember.audio.models import Wav2Letter
+
+    torch.manual_seed(0)
+    return Wav2Letter(num_classes=10).eval()
+
+
+SLOW_MODELS = {
+    "mlp": (mlp, (4, 16)),
+    "cnn": (cnn, (2, 3, 16, 16)),
+    "encoder": (encoder, (2, 10, 32)),
+    "resnet18": (lambda: _vision("resnet18"), (2, 3, 64, 64)),
+    "mobilenet_v3_small": (lambda: _vision("mobilenet_v3_small"), (2, 3, 64, 64)),
+    "wav2letter": (_wav2letter, (2, 1, 2000)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(SLOW_MODELS))
+def test_issue_models_match_eager(name, dtype, tmp_path):
+    make, shape = SLOW_MODELS[name]
+    model = make().to(dtype)
+    path = _compile(model, torch.randn(*shape, dtype=dtype), tmp_path, name)
+    loaded = aot.aot_load(path)
+    with torch.no_grad():
+        for n in (1, 3):
+            x = torch.randn(n, *shape[1:], dtype=dtype)
+            _close(loaded(x), model(x), dtype)
+
+
+# ---------------------------------------------------------------- C++, no Python
+
+
+@pytest.fixture(scope="module")
+def cpp_example(tmp_path_factory):
+    """examples/aot built with g++ exactly as its docs say, and its package."""
+    d = tmp_path_factory.mktemp("cpp")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples/aot/make_package.py"),
+                          str(d)], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    flags = subprocess.run([sys.executable, "-m", "ember.core.aot", "--cflags", "--libs"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    exe = str(d / "run_model")
+    build = subprocess.run(["g++", os.path.join(ROOT, "examples/aot/run_model.cpp"), "-o", exe,
+                            *flags], capture_output=True, text=True, timeout=900)
+    assert build.returncode == 0, build.stderr[-3000:]
+    return d, exe
+
+
+def test_cpp_example_runs_without_python_and_matches_aot_load(cpp_example):
+    d, exe = cpp_example
+    linked = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
+    assert "libpython" not in linked and "libtorch_python" not in linked
+    out = subprocess.run([exe, str(d / "model.pt2"), str(d / "input.pt"), str(d / "out.pt")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    x = torch.load(d / "input.pt")
+    got = torch.load(d / "out.pt")
+    torch.testing.assert_close(got, aot.aot_load(str(d / "model.pt2"))(x), atol=0, rtol=0)
+    sys.path.insert(0, os.path.join(ROOT, "examples/aot"))
+    try:
+        import make_package
+    finally:
+        sys.path.pop(0)
+    with torch.no_grad():
+        _close(got, make_package.model()(x), torch.float32)
+
+
+def test_cpp_loader_reports_bad_inputs_and_damaged_packages(cpp_example, damaged, tmp_path):
+    d, exe = cpp_example
+    torch.save(torch.randn(65, 3, 32, 32), tmp_path / "big.pt")
+    torch.save(torch.randn(2, 3, 32, 32, dtype=torch.float64), tmp_path / "f64.pt")
+    cases = [(str(d / "model.pt2"), tmp_path / "big.pt", "outside the package's range"),
+             (str(d / "model.pt2"), tmp_path / "f64.pt", "expected dtype Float, got Double")]
+    cases += [(path, d / "input.pt", message.split(" (")[0])
+              for path, message in damaged.values()]
+    for path, inp, message in cases:
+        out = subprocess.run([exe, path, str(inp), str(tmp_path / "o.pt")],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 1, (path, out.returncode, out.stderr)  # no signal, no crash
+        assert message.replace("\\", "") in out.stderr, (path, out.stderr)
