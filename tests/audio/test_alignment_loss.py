@@ -15,8 +15,8 @@ import ember.audio.transforms as T
 
 def brute_rnnt(logits, targets, blank):
     """-log of the summed probability of every path through one (T, U + 1) lattice."""
-    lp = logits.log_softmax(-1)
-    steps, length = lp.shape[0], len(targets)
+    lp = logits.log_softmax(-1).tolist()
+    steps, length = len(lp), len(targets)
     total = []
     # a path: T - 1 blanks and U emissions in any order, then the final blank at (T-1, U)
     for emits in itertools.combinations(range(steps - 1 + length), length):
@@ -24,13 +24,13 @@ def brute_rnnt(logits, targets, blank):
         score = 0.0
         for k in range(steps - 1 + length):
             if k in emits:
-                score = score + lp[t, u, targets[u]]
+                score += lp[t][u][targets[u]]
                 u += 1
             else:
-                score = score + lp[t, u, blank]
+                score += lp[t][u][blank]
                 t += 1
-        total.append(score + lp[t, u, blank])
-    return -torch.logsumexp(torch.stack(total), 0)
+        total.append(score + lp[t][u][blank])
+    return -torch.logsumexp(torch.tensor(total, dtype=logits.dtype), 0)
 
 
 def rnnt_case(seed, b=3, t=4, u=3, d=5):
@@ -152,3 +152,17 @@ def test_mvdr_module():
         T.MVDR()(spec.real, mask, mask)
     with pytest.warns(UserWarning, match="mask_n"):
         T.MVDR()(spec, mask)
+
+
+@pytest.mark.slow
+def test_rnnt_loss_and_mvdr_export():
+    logits, targets, ll, tl = rnnt_case(5, b=2, t=3, u=2, d=4)
+    args = (logits.float(), targets, ll[:2], tl[:2])
+    loss = T.RNNTLoss(blank=0, reduction="none")
+    torch.testing.assert_close(torch.export.export(loss, args).module()(*args), loss(*args))
+    g = torch.Generator().manual_seed(6)
+    spec = torch.randn(3, 5, 7, generator=g, dtype=torch.cfloat)
+    mask = torch.rand(5, 7, generator=g)
+    mvdr = T.MVDR(solution="stv_power")
+    exported = torch.export.export(mvdr, (spec, mask, 1 - mask)).module()
+    torch.testing.assert_close(exported(spec, mask, 1 - mask), mvdr(spec, mask, 1 - mask))
