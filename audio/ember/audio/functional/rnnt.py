@@ -128,11 +128,10 @@ def _costs_and_grads(logits: Tensor, targets: Tensor, logit_lengths: Tensor,
     if fused:
         # torchaudio's association: g = logit + (alpha + cost - denom), then exp(g + beta)
         g = x + (alpha + cost - denom)[..., None]
-        grad = torch.exp(g + beta[..., None])
-        g_blank = g[..., blank]
+        g_blank, g_emit = g[..., blank].clone(), g.gather(3, tg_idx)[..., 0]
+        grad = g.add_(beta[..., None]).exp_()                   # in place: one lattice copy
         blank_next = torch.where(terminal, torch.exp(g_blank), torch.exp(g_blank + beta_t1))
         grad[..., blank] -= blank_next
-        g_emit = g.gather(3, tg_idx)[..., 0]
         emit_next = torch.exp(g_emit + beta_u1).masked_fill(ui >= ul - 1, 0.0)
         grad.scatter_add_(3, tg_idx, -emit_next[..., None])
     else:
@@ -144,9 +143,9 @@ def _costs_and_grads(logits: Tensor, targets: Tensor, logit_lengths: Tensor,
         emit_next = torch.exp(g.gather(3, tg_idx)[..., 0] + alpha + beta_u1)
         grad.scatter_add_(3, tg_idx, -emit_next.masked_fill(ui >= ul - 1, 0.0)[..., None])
     keep = valid & torch.isfinite(cost)
-    grad = torch.where(keep[..., None], grad, torch.zeros((), dtype=work, device=dev))
+    grad.masked_fill_(~keep[..., None], 0.0)
     if clamp > 0:
-        grad = grad.clamp(-clamp, clamp)
+        grad.clamp_(-clamp, clamp)
     return costs, grad.to(logits.dtype)
 
 
