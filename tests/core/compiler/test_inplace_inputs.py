@@ -100,3 +100,22 @@ def test_many_independent_updates_in_one_region(ecompile):
     compiled(ps, gs)
     for o, r in zip(ps, ref):
         torch.testing.assert_close(o, r, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("tail", ["same", "view", "twice"])
+def test_value_copied_into_an_input_and_returned_stays_fresh(ecompile, tail):
+    def fn(a, b):
+        c = a + b
+        a.copy_(c)
+        if tail == "view":
+            return c.view(-1)
+        if tail == "twice":
+            return c, c * 2
+        return c
+
+    args, outs = _run(ecompile, fn, torch.randn(64, 33), torch.randn(64, 33))
+    for o in outs if isinstance(outs, tuple) else [outs]:
+        assert o.data_ptr() != args[0].data_ptr()
+    args[0].add_(1)  # the input moves on; the returned value must not
+    torch.testing.assert_close((outs[0] if isinstance(outs, tuple) else outs).reshape(64, 33),
+                               args[0] - 1)

@@ -303,8 +303,12 @@ class GraphLowering:
             return None
         if self._retarget(src, buf, node):
             return StridedView.of(buf)
+        # ``src`` itself computed into the input, when no later node reads it (an output or a
+        # view of it would otherwise alias the input, where eager has a fresh tensor)
+        last = self._last_use.get(node.args[1], 1 << 62) if isinstance(node.args[1], FxNode) \
+            else 1 << 62
         whole = isinstance(src, Lazy) and src.realized is None and src.dtype == buf.dtype \
-            and ir.same_sizes(src.size, buf.size)
+            and ir.same_sizes(src.size, buf.size) and last <= self._order[node]
         if whole:  # ``src``'s own reads of the old contents happen in the store's loop
             src.realized = StridedView.of(Buffer(f"{buf.name}_new", buf.dtype, buf.size,
                                                  buf.stride))
@@ -337,9 +341,11 @@ class GraphLowering:
         if type(at) is not Pointwise or at.buf is not old or old.dtype != buf.dtype or \
                 not ir.same_sizes(old.size, buf.size) or not _contiguous(old):
             return False
-        if any(buf.name in self._reads_of(n) for n in self.nodes[at.pos + 1:]) or \
-                self._pending_readers({buf.name}, node):
-            return False
+        later = self.nodes[at.pos + 1:]
+        if any(buf.name in self._reads_of(n) for n in later) or \
+                self._pending_readers({buf.name}, node) or \
+                any(isinstance(n, Extern) and old.name in self._reads_of(n) for n in later):
+            return False  # (an extern could return a view of the input as a fresh value)
         name, old.name = old.name, buf.name
         write = InputWrite(old, at.fn, at.pos)
         if not _schedulable(write):
