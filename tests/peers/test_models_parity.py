@@ -158,8 +158,8 @@ def test_auxiliary_heads_and_pretrained_loading_match_torchvision(name, tmp_path
     else:
         assert loaded.AuxLogits is not None
     with torch.no_grad():
-        torch.testing.assert_close(loaded(x[:, :, :64, :64]), reference(x[:, :, :64, :64]),
-                                   rtol=1e-5, atol=1e-5)
+        crop = x[:, :, :80, :80]   # eval needs no auxiliary grid; inception needs 75+
+        torch.testing.assert_close(loaded(crop), reference(crop), rtol=1e-5, atol=1e-5)
 
 
 def test_mnasnet_version1_checkpoints_load_as_in_torchvision():
