@@ -2,7 +2,8 @@
 
 Output sizes and modes are those torchvision 0.29 gives for the same calls; pixel values are
 those of our tensor path on the same pixels (docs/vision.md: PIL goes through the tensor
-kernels), except resize, which is Pillow's own as in torchvision."""
+kernels), except resize, rotate, affine and perspective, which are Pillow's own as in
+torchvision."""
 
 import numpy as np
 import PIL.Image
@@ -41,9 +42,8 @@ def test_pil_in_pil_out_with_torchvision_sizes(mode, make, size):
 
 @pytest.mark.parametrize("make", [
     lambda: T.CenterCrop(60), lambda: T.Pad(3), lambda: T.RandomHorizontalFlip(1.0),
-    lambda: T.RandomRotation((30, 30)),
     lambda: T.GaussianBlur(3), lambda: T.ColorJitter(0.5, 0.5, 0.5, 0.1),
-    lambda: T.RandomPerspective(p=1.0), lambda: T.RandomErasing(1.0),
+    lambda: T.RandomErasing(1.0),
 ])
 def test_pil_pixels_are_the_tensor_path(make):
     im = _pil("RGB")
@@ -150,3 +150,68 @@ def test_conversion_transforms():
     assert type(T.PILToTensor()(im)) is torch.Tensor
     assert T.ToPILImage()(img).size == (53, 37)
     assert type(T.ToPureTensor()(tv.Mask(torch.zeros(4, 4)))) is torch.Tensor
+
+
+@pytest.mark.parametrize("mode", ["L", "RGB", "RGBA", "LA"])
+def test_pil_warps_are_pillows(mode):
+    """rotate / affine / perspective of PIL images are Pillow's own calls (its premultiplied
+    alpha for RGBA and LA), functional and transform, fill given per band as Pillow takes it."""
+    im = _pil(mode, seed=2)
+    bands = len(mode)
+    bil = PIL.Image.Resampling.BILINEAR
+    fill = (7,) * bands if bands > 1 else 7
+    got = F.rotate(im, 23.5, T.InterpolationMode.BILINEAR, expand=True, fill=7)
+    assert np.array_equal(np.asarray(got), np.asarray(im.rotate(23.5, bil, True, fillcolor=fill)))
+    got = F.rotate(im, 30, center=[3, 10], fill=[200.9])
+    want = im.rotate(30, PIL.Image.Resampling.NEAREST, center=(3, 10),
+                     fillcolor=(200,) * bands if bands > 1 else 200)
+    assert np.array_equal(np.asarray(got), np.asarray(want))
+    # affine: a pure translation by (3, -2) reads the input at (x - 3, y + 2)
+    got = F.affine(im, 0.0, [3, -2], 1.0, [0.0, 0.0], T.InterpolationMode.BICUBIC)
+    want = im.transform(im.size, PIL.Image.Transform.AFFINE, (1, 0, -3, 0, 1, 2),
+                        PIL.Image.Resampling.BICUBIC, fillcolor=(0,) * bands if bands > 1 else 0)
+    assert np.array_equal(np.asarray(got), np.asarray(want))
+    # perspective with the 8 output-to-input coefficients given
+    coeffs = [1.05, 0.02, -1.5, 0.01, 0.97, 2.0, 1e-4, -2e-4]
+    got = F.perspective(im, None, None, fill=7, coefficients=coeffs)
+    want = im.transform(im.size, PIL.Image.Transform.PERSPECTIVE, coeffs, bil, fillcolor=fill)
+    assert np.array_equal(np.asarray(got), np.asarray(want))
+    # a transform's PIL image and the functional agree; the sample's mask gets the same size
+    torch.manual_seed(0)
+    out = T.RandomRotation((-40, 40), expand=True, center=[5, 9])(
+        {"image": im, "mask": tv.Mask(torch.zeros(37, 53, dtype=torch.uint8))})
+    torch.manual_seed(0)
+    angle = float(torch.empty(1).uniform_(-40, 40))
+    want = im.rotate(angle, PIL.Image.Resampling.NEAREST, True, (5, 9),
+                     fillcolor=(0,) * bands if bands > 1 else 0)
+    assert np.array_equal(np.asarray(out["image"]), np.asarray(want))
+    assert tuple(out["mask"].shape) == (want.height, want.width)
+
+
+def test_pil_warp_fill_and_modes_errors():
+    im = _pil("RGB")
+    with pytest.raises(ValueError, match="fill"):
+        F.rotate(im, 10.0, fill=[1, 2])
+    with pytest.raises(ValueError, match="mode"):
+        F.affine(im.convert("P"), 5.0, [0, 0], 1.0, [0.0, 0.0])
+    with pytest.raises(ValueError):   # Pillow's: no LANCZOS warps, as torchvision
+        F.perspective(im, [[0, 0], [52, 0], [52, 36], [0, 36]],
+                      [[2, 1], [50, 0], [51, 35], [0, 34]], T.InterpolationMode.LANCZOS)
+
+
+@pytest.mark.parametrize("hw, angle, center", [((100, 5), 90.0, None), ((37, 53), 30.0, [3, 10]),
+                                               ((37, 53), -31.0, None), ((31, 43), 12, [0, 0])])
+def test_rotate_expand_canvas_is_pillows(hw, angle, center):
+    """rotate(expand=True) of tensors, masks and boxes gets Pillow's canvas (torchvision's
+    tensor kernel's too), so a PIL image and the rest of its sample stay the same size; a
+    quarter turn about the middle is an exact transpose."""
+    h, w = hw
+    im = PIL.Image.new("L", (w, h))
+    want = im.rotate(angle, expand=True, center=center).size[::-1]
+    x = torch.arange(h * w, dtype=torch.float32).reshape(1, h, w)
+    out = F.rotate(x, angle, expand=True, center=center)
+    assert tuple(out.shape[-2:]) == want
+    boxes = tv.BoundingBoxes([[1.0, 1.0, 3.0, 4.0]], format="XYXY", canvas_size=(h, w))
+    assert tuple(F.rotate(boxes, angle, expand=True, center=center).canvas_size) == want
+    if angle == 90.0:
+        assert torch.equal(out, torch.rot90(x, 1, (-2, -1)))

@@ -97,9 +97,11 @@ def select_samples(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> 
 
 
 def uniform(lo: float, hi: float, n: int | None = None, device=None):
-    """A float in [lo, hi), or a [n] tensor of them on ``device`` when ``n`` is given."""
+    """A float in [lo, hi), or a [n] tensor of them on ``device`` when ``n`` is given. The
+    single draw is torchvision's (``uniform_`` of a float32 tensor, whose arithmetic is
+    float32): the same value to the last bit, so Pillow warps of PIL images match exactly."""
     if n is None:
-        return lo + (hi - lo) * float(torch.rand(()))
+        return float(torch.empty(1).uniform_(lo, hi))
     return lo + (hi - lo) * torch.rand(n, device=device)
 
 

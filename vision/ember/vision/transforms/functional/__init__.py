@@ -122,10 +122,11 @@ def get_image_size(inpt) -> list[int]:
     return get_size(inpt)[::-1]
 
 # the functionals torchvision gives a PIL kernel: PIL in, PIL out (through the tensor kernel)
+# (resize, rotate, affine and perspective have Pillow kernels of their own in _geometry)
 for _f in (adjust_brightness, adjust_contrast, adjust_gamma, adjust_hue, adjust_saturation,
-           adjust_sharpness, affine, autocontrast, crop, equalize, erase,
-           gaussian_blur, horizontal_flip, invert, pad, perspective, posterize,
-           resized_crop, rgb_to_grayscale, rotate, solarize, vertical_flip, elastic,
+           adjust_sharpness, autocontrast, crop, equalize, erase,
+           gaussian_blur, horizontal_flip, invert, pad, posterize,
+           resized_crop, rgb_to_grayscale, solarize, vertical_flip, elastic,
            gaussian_noise, permute_channels):
     register_pil(_f)
 del _f

@@ -28,6 +28,7 @@ from ember.vision.transforms.functional._type_conversion import (
     PILImage,
     check_pil_mode,
     image_as_pil,
+    pil_kernel,
     pil_to_tensor,
 )
 from ember.vision.transforms.functional._utils import (
@@ -777,17 +778,24 @@ def affine(inpt, angle, translate, scale, shear, interpolation=InterpolationMode
     """Affine warp about ``center`` (default the image centre); ``angle`` clockwise in degrees."""
 
 
-def _affine_params(canvas, angle, translate, scale, shear, center):
-    h, w = canvas
+def _shear_pair(shear):
+    """torchvision's shear forms: a number shears x only, one value in a sequence both axes."""
     if isinstance(shear, (int, float)):
-        shear = [float(shear), 0.0]
-    elif isinstance(shear, (list, tuple)):
+        return [float(shear), 0.0]
+    if isinstance(shear, (list, tuple)):
         if len(shear) == 1:   # one value shears both axes, as torchvision
             shear = [shear[0], shear[0]]
         if len(shear) != 2:
             raise ValueError(f"shear must be a number or a sequence of 2 numbers, got {shear!r}")
-    elif not isinstance(shear, torch.Tensor):
+        return shear
+    if not isinstance(shear, torch.Tensor):
         raise TypeError(f"shear must be a number or a sequence of 2 numbers, got {shear!r}")
+    return shear
+
+
+def _affine_params(canvas, angle, translate, scale, shear, center):
+    h, w = canvas
+    shear = _shear_pair(shear)
     if center is None:
         center = [w * 0.5, h * 0.5]
     elif not isinstance(center, torch.Tensor) and len(center) != 2:
@@ -822,6 +830,25 @@ register_mask(affine, _affine_mask)
 register_boxes(affine, in_xyxy(_affine_boxes, clamps=True))
 
 
+def _expanded_canvas(h: int, w: int, angle: float, center) -> tuple[int, int]:
+    """(height, width) of ``rotate(expand=True)``: Pillow's rule, which torchvision's tensor
+    kernel follows too: a quarter turn about the middle swaps the sides; otherwise the
+    corners of the canvas go through the output-to-input rotation about ``center`` (its
+    cosine and sine rounded to 15 decimals) and the extent is rounded outwards."""
+    angle = angle % 360.0
+    if center is None and angle in (90.0, 270.0):
+        return w, h
+    cx, cy = (w / 2, h / 2) if center is None else (float(center[0]), float(center[1]))
+    rad = -math.radians(angle)
+    cos, sin = round(math.cos(rad), 15), round(math.sin(rad), 15)
+    tx = cos * -cx + sin * -cy + cx
+    ty = -sin * -cx + cos * -cy + cy
+    xs = [cos * x + sin * y + tx for x, y in ((0, 0), (w, 0), (w, h), (0, h))]
+    ys = [-sin * x + cos * y + ty for x, y in ((0, 0), (w, 0), (w, h), (0, h))]
+    return (math.ceil(max(ys)) - math.floor(min(ys)),
+            math.ceil(max(xs)) - math.floor(min(xs)))
+
+
 def _rotate_params(canvas, angle, expand, center):
     h, w = canvas
     neg = -angle if isinstance(angle, torch.Tensor) else -float(angle)
@@ -830,10 +857,7 @@ def _rotate_params(canvas, angle, expand, center):
         return m, (h, w)
     if m.shape[0] > 1:
         raise ValueError("expand=True needs one angle for the batch (outputs must share a size)")
-    corners = torch.tensor([[0, 0, 1], [w, 0, 1], [w, h, 1], [0, h, 1]], dtype=torch.float64)
-    pts = (corners @ m[0].T)[:, :2].round(decimals=6)
-    nw = int(math.ceil(pts[:, 0].max()) - math.floor(pts[:, 0].min()))
-    nh = int(math.ceil(pts[:, 1].max()) - math.floor(pts[:, 1].min()))
+    nh, nw = _expanded_canvas(h, w, float(angle), center)
     shift = torch.eye(3, dtype=torch.float64)
     shift[0, 2], shift[1, 2] = (nw - w) / 2, (nh - h) / 2
     return shift @ m, (nh, nw)
@@ -920,3 +944,164 @@ register_mask(perspective, lambda x, s, e, interpolation=None, fill=None, coeffi
               _perspective_image(x, s, e, InterpolationMode.NEAREST, fill, coefficients,
                                  channel_dim=False))
 register_boxes(perspective, in_xyxy(_perspective_boxes, clamps=True))
+
+
+# ----------------------------------------------------------------------------- PIL warps
+# PIL images are warped by Pillow itself, as torchvision's PIL kernels do: Image.rotate and
+# Image.transform (AFFINE / PERSPECTIVE) with the same output-to-input maps in the same
+# float64 arithmetic, so the pixels are Pillow's (RGBA and LA through Pillow's premultiplied
+# alpha). Per-sample (1-d tensor) parameters keep the tensor kernels.
+
+def _pil_fill(fill, pic):
+    """``fill`` as Pillow's ``fillcolor`` under torchvision's rule: None is 0, a number or a
+    1-element sequence fills every band, otherwise one value per band; integers (truncated)
+    except for mode F."""
+    bands = len(pic.getbands())
+    if isinstance(fill, torch.Tensor):
+        fill = fill.tolist()
+    if fill is None:
+        fill = 0
+    if isinstance(fill, (list, tuple)):
+        if len(fill) == 1:
+            fill = list(fill) * bands
+        elif len(fill) != bands:
+            raise ValueError(f"fill has {len(fill)} values for an image of {bands} channels; "
+                             f"give one value or one per channel")
+        fill = tuple(fill)
+    elif bands > 1:
+        fill = (fill,) * bands
+    if pic.mode == "F":
+        return fill
+    return tuple(int(v) for v in fill) if isinstance(fill, tuple) else int(fill)
+
+
+def _number(v, name):
+    """A Python number from a number or a one-element tensor."""
+    if isinstance(v, torch.Tensor):
+        if v.numel() != 1:
+            raise ValueError(f"{name} must be one number for a PIL image, got shape "
+                             f"{tuple(v.shape)}")
+        return v.item()
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        raise TypeError(f"{name} must be a number, got {v!r}")
+    return v
+
+
+def _numbers(v, name):
+    return [_number(x, name) for x in (v.reshape(-1) if isinstance(v, torch.Tensor) else v)]
+
+
+def _pil_affine_inverse(center, angle, translate, scale, shear) -> list[float]:
+    """The output-to-input map Pillow's AFFINE transform takes (6 numbers): rotation by
+    ``angle``, shears, ``scale`` about ``center``, then ``translate``, inverted in closed form
+    (the rotation-shear block has determinant 1). The steps are torchvision's, so Pillow gets
+    the same doubles."""
+    rot = math.radians(angle)
+    shx, shy = math.radians(shear[0]), math.radians(shear[1])
+    cos_y, tan_x = math.cos(shy), math.tan(shx)
+    # forward block [[a, b], [c, d]] without the scale
+    a = math.cos(rot - shy) / cos_y
+    b = -(a * tan_x + math.sin(rot))
+    c = math.sin(rot - shy) / cos_y
+    d = math.cos(rot) - c * tan_x
+    cx, cy = center
+    ox, oy = cx + translate[0], cy + translate[1]
+    inv = [d / scale, -b / scale, 0.0, -c / scale, a / scale, 0.0]
+    inv[2] += cx - inv[0] * ox - inv[1] * oy
+    inv[5] += cy - inv[3] * ox - inv[4] * oy
+    return inv
+
+
+def _affine_pil(pic, angle, translate, scale, shear, interpolation=InterpolationMode.NEAREST,
+                fill=None, center=None):
+    """PIL images: Pillow's affine transform (torchvision's PIL kernel)."""
+    if is_batched_param(angle, scale) or any(isinstance(v, torch.Tensor) and v.ndim > 1
+                                             for v in (translate, shear)):
+        return pil_kernel(_affine_image)(pic, angle, translate, scale, shear, interpolation,
+                                         fill, center)
+    check_pil_mode(pic, "affine")
+    _affine_params((pic.height, pic.width), angle, translate, scale, shear, center)  # checks
+    shear = _numbers(_shear_pair(shear), "shear")
+    center = [pic.width * 0.5, pic.height * 0.5] if center is None else _numbers(center,
+                                                                                 "center")
+    inv = _pil_affine_inverse(center, _number(angle, "angle"), _numbers(translate, "translate"),
+                              _number(scale, "scale"), shear)
+    return pic.transform(pic.size, PIL.Image.Transform.AFFINE, inv,
+                         _PIL_FILTER[as_interpolation(interpolation)],
+                         fillcolor=_pil_fill(fill, pic))
+
+
+def _rotate_pil(pic, angle, interpolation=InterpolationMode.NEAREST, expand=False, center=None,
+                fill=None):
+    """PIL images: Pillow's rotate (torchvision's PIL kernel; its expanded canvas too)."""
+    if is_batched_param(angle):
+        return pil_kernel(_rotate_image)(pic, angle, interpolation, expand, center, fill)
+    check_pil_mode(pic, "rotate")
+    if center is not None:
+        if len(center) != 2:
+            raise ValueError(f"center must be a sequence of 2 numbers (x, y), got {center!r}")
+        center = _numbers(center, "center")
+    return pic.rotate(_number(angle, "angle"), _PIL_FILTER[as_interpolation(interpolation)],
+                      expand=bool(expand), center=center, fillcolor=_pil_fill(fill, pic))
+
+
+def _pil_perspective_coeffs(startpoints, endpoints, coefficients) -> list[float]:
+    """The 8 output-to-input coefficients Pillow's PERSPECTIVE transform takes: given, or the
+    least-squares (LAPACK gels, float64) fit of the 4 point pairs rounded to float32, as
+    torchvision computes them."""
+    if coefficients is not None:
+        if startpoints is not None and endpoints is not None:
+            raise ValueError("perspective takes either startpoints and endpoints, or "
+                             "coefficients")
+        c = _numbers(coefficients, "coefficients")
+        if len(c) != 8:
+            raise ValueError(f"coefficients must be 8 numbers, got {len(c)}")
+        return c
+    if startpoints is None or endpoints is None:
+        raise ValueError("perspective needs startpoints and endpoints, or coefficients")
+    src = [_numbers(p, "startpoints") for p in startpoints]
+    dst = [_numbers(p, "endpoints") for p in endpoints]
+    if len(src) != 4 or len(dst) != 4 or any(len(p) != 2 for p in src + dst):
+        raise ValueError(f"startpoints and endpoints must be 4 points (x, y) each, got "
+                         f"{startpoints!r} and {endpoints!r}")
+    rows = []
+    for (u, v), (x, y) in zip(dst, src):
+        # each row built from Python numbers as one tensor (int64, or the default float
+        # dtype when a point is fractional), then widened: torchvision's values exactly
+        rows.append(torch.tensor([u, v, 1, 0, 0, 0, -x * u, -x * v]))
+        rows.append(torch.tensor([0, 0, 0, u, v, 1, -y * u, -y * v]))
+    a = torch.stack([r.to(torch.float64) for r in rows])
+    b = torch.tensor(src, dtype=torch.float64).reshape(8)
+    sol = torch.linalg.lstsq(a, b, driver="gels").solution
+    return sol.to(torch.float32).tolist()
+
+
+def _perspective_pil(pic, startpoints, endpoints, interpolation=InterpolationMode.BILINEAR,
+                     fill=None, coefficients=None):
+    """PIL images: Pillow's perspective transform (torchvision's PIL kernel)."""
+    if any(isinstance(p, torch.Tensor) and p.ndim > 2 for p in (startpoints, endpoints)):
+        return pil_kernel(_perspective_image)(pic, startpoints, endpoints, interpolation, fill,
+                                              coefficients)
+    check_pil_mode(pic, "perspective")
+    coeffs = _pil_perspective_coeffs(startpoints, endpoints, coefficients)
+    return pic.transform(pic.size, PIL.Image.Transform.PERSPECTIVE, coeffs,
+                         _PIL_FILTER[as_interpolation(interpolation)],
+                         fillcolor=_pil_fill(fill, pic))
+
+
+def _via_pil(pil_fn):
+    """The ``PILImage`` kernel (a PIL image inside a transform) of a PIL kernel: back to
+    PIL, ``pil_fn``, back to a tensor image."""
+    def run(img, *args, **kwargs):
+        return tv_tensors.wrap(pil_to_tensor(pil_fn(image_as_pil(img), *args, **kwargs)),
+                               like=img)
+
+    return run
+
+
+register_raw(affine, PIL.Image.Image, _affine_pil)
+register_raw(affine, PILImage, _via_pil(_affine_pil))
+register_raw(rotate, PIL.Image.Image, _rotate_pil)
+register_raw(rotate, PILImage, _via_pil(_rotate_pil))
+register_raw(perspective, PIL.Image.Image, _perspective_pil)
+register_raw(perspective, PILImage, _via_pil(_perspective_pil))
