@@ -703,3 +703,98 @@ def test_equalize_other_integer_dtypes(dtype):
     x = x.to(dtype)
     outs = [L.F.equalize(L.tv.Image(x.clone())) for L in (EM, TV)]
     assert_exact(outs[0], outs[1], str(dtype))
+
+
+# ---------------------------------------------------------------- PIL rotate/affine/perspective
+
+_WARPS = {
+    "rotate": lambda L, m, f: L.F.rotate(_pil_w(m), 23.0, m_(L, f)),
+    "rotate_expand_fill": lambda L, m, f: L.F.rotate(_pil_w(m), -31.0, m_(L, f), expand=True,
+                                                     fill=7),
+    "rotate_center_fill1": lambda L, m, f: L.F.rotate(_pil_w(m), 30, m_(L, f), center=[3, 10],
+                                                      fill=[200.7]),
+    "rotate_center_expand": lambda L, m, f: L.F.rotate(_pil_w(m), 12.5, m_(L, f), expand=True,
+                                                       center=[40, 5]),
+    "rotate_90_expand": lambda L, m, f: L.F.rotate(_pil_w(m), 90, m_(L, f), expand=True),
+    "affine": lambda L, m, f: L.F.affine(_pil_w(m), 17.0, [3, -2], 1.1, [5.0, 2.0], m_(L, f)),
+    "affine_center_fill": lambda L, m, f: L.F.affine(_pil_w(m), -9.0, [1.5, 4], 0.9, 7.0,
+                                                     m_(L, f), fill=100.7, center=[0, 0]),
+    "affine_shear1": lambda L, m, f: L.F.affine(_pil_w(m), 40, [0, 0], 1.3, [12.0], m_(L, f),
+                                                fill=[1, 2, 3, 4][:_bands(m)]),
+    "perspective": lambda L, m, f: L.F.perspective(
+        _pil_w(m), [[0, 0], [52, 0], [52, 36], [0, 36]], [[3, 2], [49, 0], [50, 33], [1, 35]],
+        m_(L, f), fill=50),
+    "perspective_fractional": lambda L, m, f: L.F.perspective(
+        _pil_w(m), [[0, 0], [52, 0], [52, 36], [0, 36]],
+        [[3.5, 2], [49, 0.25], [50, 33], [1, 35]], m_(L, f)),
+    "perspective_coefficients": lambda L, m, f: L.F.perspective(
+        _pil_w(m), None, None, m_(L, f), fill=3,
+        coefficients=[1.05, 0.02, -1.5, 0.01, 0.97, 2.0, 1e-4, -2e-4]),
+}
+
+
+def _pil_w(mode):
+    return _pil(mode, seed=11) if mode != "I" else PIL.Image.fromarray(
+        np.random.default_rng(11).integers(-5000, 70000, (37, 53), dtype=np.int32))
+
+
+def _bands(mode):
+    return len(PIL.Image.new(mode, (1, 1)).getbands())
+
+
+def m_(L, name):
+    return getattr(L.F.InterpolationMode, name)
+
+
+@compares()
+@pytest.mark.parametrize("interp", ["NEAREST", "BILINEAR", "BICUBIC", "LANCZOS"])
+@pytest.mark.parametrize("mode", ["L", "RGB", "RGBA", "LA", "F", "I;16", "I"])
+@pytest.mark.parametrize("case", sorted(_WARPS))
+def test_pil_warps_are_pillows(case, mode, interp):
+    """PIL images are rotated / affine- / perspective-warped by Pillow in both (the same
+    output-to-input maps to the last bit, torchvision's fill rule, RGBA and LA through
+    Pillow's premultiplied alpha): exact; LANCZOS is refused by Pillow in both (ValueError)."""
+    outs = []
+    for L in (EM, TV):
+        try:
+            outs.append(_WARPS[case](L, mode, interp))
+        except Exception as exc:   # compared by type below
+            outs.append(exc)
+    e, t = outs
+    if isinstance(t, Exception):
+        assert isinstance(e, type(t)), (e, t)
+        return
+    assert_exact(e, t, case)
+
+
+_WARP_TRANSFORMS = {
+    "RandomRotation": lambda L: L.T.RandomRotation(35, L.T.InterpolationMode.BILINEAR),
+    "RandomRotation_expand": lambda L: L.T.RandomRotation(35, expand=True, fill=9),
+    "RandomRotation_center": lambda L: L.T.RandomRotation(
+        (-50, 50), L.T.InterpolationMode.BICUBIC, expand=True, center=[5, 30]),
+    "RandomAffine": lambda L: L.T.RandomAffine(25, translate=(0.1, 0.2), scale=(0.8, 1.2),
+                                               shear=(-5, 5, -3, 3),
+                                               interpolation=L.T.InterpolationMode.BILINEAR),
+    "RandomAffine_nearest_fill": lambda L: L.T.RandomAffine(
+        10, scale=(0.7, 0.9), shear=8, fill={PIL.Image.Image: 70, "others": 0}),
+    "RandomPerspective": lambda L: L.T.RandomPerspective(0.6, p=1.0, fill=40),
+}
+
+
+@compares()
+@pytest.mark.parametrize("mode", ["L", "RGB", "RGBA"])
+@pytest.mark.parametrize("name", sorted(_WARP_TRANSFORMS))
+def test_pil_warp_transforms_are_pillows(name, mode):
+    """The random warps on PIL images: torchvision's draws (float32 uniform_) and Pillow's
+    pixels, over 6 seeds, exact; a mask in the same sample gets the image's size."""
+    for seed in range(6):
+        pic = _pil(mode, seed)
+        outs = []
+        for L in (EM, TV):
+            torch.manual_seed(seed)
+            outs.append(_WARP_TRANSFORMS[name](L)(pic))
+        assert_exact(outs[0], outs[1], f"seed {seed}")
+    torch.manual_seed(0)
+    out = _WARP_TRANSFORMS[name](EM)({"image": pic, "mask": EM.tv.Mask(
+        torch.zeros(37, 53, dtype=torch.uint8))})
+    assert tuple(out["mask"].shape) == (out["image"].height, out["image"].width)
