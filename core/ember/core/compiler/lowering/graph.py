@@ -97,6 +97,7 @@ class GraphLowering:
 
     def run(self) -> None:
         debug = log.isEnabledFor(logging.DEBUG)
+        self._live: list = []  # lowered FX nodes, pruned to those a later node still reads
         self._order = {n: i for i, n in enumerate(self.gm.graph.nodes)}
         self._last_use = {n: max((self._order[u] for u in n.users), default=-1)
                           for n in self.gm.graph.nodes}
@@ -108,6 +109,7 @@ class GraphLowering:
         for node in self.gm.graph.nodes:
             first = len(self.nodes)
             self.env[node] = self._lower(node)
+            self._live.append(node)
             if debug and node.op == "call_function":
                 made = ", ".join(f"{type(n).__name__} {_written(n)}" for n in self.nodes[first:])
                 log.debug("%s (%s) -> %s", node.name, node.target,
@@ -360,9 +362,9 @@ class GraphLowering:
         still reads."""
         out = []
         now = self._order[node]
-        for fx, value in self.env.items():
-            if self._last_use[fx] <= now:  # every reader lowered already (or this node)
-                continue
+        self._live = [fx for fx in self._live if self._last_use[fx] > now]
+        for fx in self._live:  # nodes some reader after ``node`` still reads
+            value = self.env[fx]
             for v in value if isinstance(value, (list, tuple)) else [value]:
                 if isinstance(v, Lazy) and v.realized is None and written & self._reads_of(v):
                     out.append(v)
