@@ -39,7 +39,7 @@ class ExportedGraph:
     out_spec: object
 
 
-def _sdpa_onto_aten(gm: torch.fx.GraphModule) -> None:
+def sdpa_onto_aten(gm: torch.fx.GraphModule) -> None:
     """``ember::sdpa`` (registered from Python) -> ATen's CPU attention, same arguments."""
     ember_ns = getattr(torch.ops, "ember", None)
     sdpa = getattr(ember_ns, "sdpa", None) if ember_ns is not None else None
@@ -73,7 +73,7 @@ def export(model, example_args: tuple, dynamic_shapes=None) -> ExportedGraph:
                         f"{type(model).__name__}")
     ep = ep.run_decompositions(decomposition_table())
     gm = ep.graph_module
-    _sdpa_onto_aten(gm)
+    sdpa_onto_aten(gm)
     sig = ep.graph_signature
     placeholders, tensors = [], {}
     for spec in sig.input_specs:

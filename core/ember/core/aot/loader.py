@@ -50,7 +50,7 @@ def check_compatible(meta: package.Metadata, path: str) -> None:
                                f"{', '.join(sorted(missing))}")
 
 
-def _map_library(data: bytes, name: str) -> ctypes.CDLL:
+def _map_library(data: memoryview, name: str) -> ctypes.CDLL:
     """dlopen ``data`` from an anonymous memory file, through a symlink of a name used once.
 
     The dynamic loader hands back an already loaded library whose path string matches, and
@@ -81,11 +81,14 @@ def _map_library(data: bytes, name: str) -> ctypes.CDLL:
         os.rmdir(d)
 
 
-def _tensor(blob: bytes, a: package.Arg) -> torch.Tensor:
+def _tensor(blob: memoryview, a: package.Arg) -> torch.Tensor:
+    """A packaged tensor as a view of the mapped package (copy-on-write: no copy at load)."""
     dtype = package.DTYPES[a.dtype]
     if a.nbytes == 0:
         return torch.empty(a.size, dtype=dtype)
-    raw = torch.frombuffer(bytearray(blob[a.offset:a.offset + a.nbytes]), dtype=torch.uint8)
+    if a.offset + a.nbytes > len(blob):
+        raise PackageError(f"weight {a.name!r} lies outside the package's weights")
+    raw = torch.frombuffer(blob, dtype=torch.uint8, count=a.nbytes, offset=a.offset)
     return raw.view(dtype).reshape(a.size)
 
 
@@ -100,6 +103,7 @@ class AOTModel:
         self._in_spec = pytree.treespec_loads(meta.in_spec)
         self._out_spec = pytree.treespec_loads(meta.out_spec)
         tensors: list = []
+        blob = contents.weights
         for a in meta.args:
             if a.kind == "input":
                 tensors.append(None)
@@ -109,7 +113,7 @@ class AOTModel:
                 raise AOTInputError(f"{path} was built without its weights: pass "
                                     f"aot_load(path, weights=state_dict) ({a.name!r} missing)")
             else:
-                tensors.append(_tensor(contents.weights, a))
+                tensors.append(_tensor(blob, a))
         if weights is not None:
             known = {a.name for a in meta.args if a.kind == "weight"}
             extra = sorted(set(weights) - known)

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import io
 import json
+import mmap
+import os
 import zipfile
+import zlib
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -113,23 +116,50 @@ def write(path: str, meta: Metadata, library: bytes, weights: bytes,
 @dataclass
 class Contents:
     meta: Metadata
-    library: bytes
-    weights: bytes
+    library: memoryview
+    weights: memoryview  # writable (a private copy-on-write mapping of the file)
+
+
+def _member(z: zipfile.ZipFile, mapped: mmap.mmap, name: str) -> memoryview:
+    """A stored member as a view of the mapped file, after its CRC-32 matched."""
+    info = z.getinfo(name)
+    if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
+        raise PackageError(f"member {name} is compressed; packages store members as they are")
+    header = mapped[info.header_offset:info.header_offset + 30]
+    if len(header) < 30 or header[:4] != b"PK\x03\x04":
+        raise PackageError(f"member {name} has no local header")
+    start = info.header_offset + 30 + int.from_bytes(header[26:28], "little") + \
+        int.from_bytes(header[28:30], "little")
+    if start + info.file_size > len(mapped):
+        raise PackageError(f"member {name} runs past the end of the file (truncated?)")
+    view = memoryview(mapped)[start:start + info.file_size]
+    if zlib.crc32(view) != info.CRC:
+        raise PackageError(f"member {name} fails its CRC-32 check (the file was altered)")
+    return view
 
 
 def read(path: str) -> Contents:
-    """Read and check a package; any damage raises :class:`PackageError` naming it."""
+    """Read and check a package; any damage raises :class:`PackageError` naming it.
+
+    The file is mapped copy-on-write: weights become tensors over the mapping without a
+    copy, and every member is checked against its CRC-32 first."""
     try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                raise PackageError(f"{path} is damaged or not an Ember package: empty file")
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         with zipfile.ZipFile(path) as z:
             names = set(z.namelist())
             missing = {MANIFEST, METADATA, LIBRARY, WEIGHTS} - names
             if missing:
                 raise PackageError(f"{path} is not an Ember package (no "
                                    f"{', '.join(sorted(missing))})")
-            meta = Metadata.from_json(z.read(METADATA).decode())
-            return Contents(meta, z.read(LIBRARY), z.read(WEIGHTS))
-    except PackageError:
-        raise
+            meta = Metadata.from_json(bytes(_member(z, mapped, METADATA)).decode())
+            return Contents(meta, _member(z, mapped, LIBRARY), _member(z, mapped, WEIGHTS))
+    except PackageError as e:
+        if str(e).startswith(path):
+            raise
+        raise PackageError(f"{path} is damaged or not an Ember package: {e}") from e
     except FileNotFoundError as e:
         raise PackageError(f"no package at {path}") from e
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, KeyError,

@@ -71,6 +71,11 @@ def _build(kind: str, ep, example, path: str):
     else:
         from torch._inductor import aoti_compile_and_package, aoti_load_package
 
+        from ember.core.aot.export import sdpa_onto_aten
+
+        # our attention op is registered from Python, which AOTInductor's C++ loader lacks:
+        # it gets the same ATen attention call our packages make
+        sdpa_onto_aten(ep.graph_module)
         aoti_compile_and_package(ep, package_path=path)
         fn = aoti_load_package(path)
     return fn, time.perf_counter() - t0

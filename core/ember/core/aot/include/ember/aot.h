@@ -76,11 +76,22 @@ inline uint16_t u16(const std::string& b, size_t at) {
   return static_cast<uint16_t>(p[0] | (p[1] << 8));
 }
 
-// The members of an uncompressed zip, each checked against its CRC-32.
-inline std::map<std::string, std::string> read_zip(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
+// A member of the package: a window on the file's bytes.
+struct Member {
+  const char* data;
+  size_t size;
+  std::string str() const { return std::string(data, size); }
+};
+
+// The members of an uncompressed zip (windows on ``b``), each checked against its CRC-32.
+inline std::map<std::string, Member> read_zip(const std::string& path, std::string& b) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) throw PackageError("no package at " + path);
-  std::string b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  b.resize(static_cast<size_t>(f.tellg()));
+  f.seekg(0);
+  if (!f.read(&b[0], static_cast<std::streamsize>(b.size()))) {
+    throw PackageError("cannot read " + path);
+  }
   auto bad = [&](const std::string& why) {
     return PackageError(path + " is damaged or not an Ember package: " + why);
   };
@@ -95,7 +106,7 @@ inline std::map<std::string, std::string> read_zip(const std::string& path) {
   if (eocd == std::string::npos) throw bad("no end of central directory (truncated?)");
   size_t count = u16(b, eocd + 10), cd_size = u32(b, eocd + 12), cd = u32(b, eocd + 16);
   if (cd + cd_size > eocd) throw bad("central directory out of bounds");
-  std::map<std::string, std::string> out;
+  std::map<std::string, Member> out;
   size_t at = cd;
   for (size_t m = 0; m < count; ++m) {
     if (at + 46 > eocd || u32(b, at) != 0x02014b50u) throw bad("bad central directory entry");
@@ -115,7 +126,7 @@ inline std::map<std::string, std::string> read_zip(const std::string& path) {
     if (crc32(reinterpret_cast<const unsigned char*>(b.data()) + data, usize) != crc) {
       throw bad("member " + name + " fails its CRC-32 check");
     }
-    out[name] = b.substr(data, usize);
+    out[name] = Member{b.data() + data, usize};
   }
   return out;
 }
@@ -150,7 +161,7 @@ inline c10::ScalarType dtype(const std::string& name) {
 // dlopen ``bytes`` from an anonymous memory file, through a symlink whose name is used once:
 // the dynamic loader returns an already loaded library whose path matches, and
 // /proc/self/fd/N repeats as soon as descriptor N is reused.
-inline void* map_library(const std::string& bytes, const std::string& path) {
+inline void* map_library(const Member& bytes, const std::string& path) {
   const char* tmp = std::getenv("TMPDIR");
   std::string dir_template = std::string(tmp && *tmp ? tmp : "/tmp") + "/ember-aot-XXXXXX";
   std::vector<char> dir(dir_template.begin(), dir_template.end());
@@ -170,8 +181,8 @@ inline void* map_library(const std::string& bytes, const std::string& path) {
     linked = fd >= 0;
   }
   size_t done = 0;
-  while (linked && done < bytes.size()) {
-    ssize_t n = write(fd, bytes.data() + done, bytes.size() - done);
+  while (linked && done < bytes.size) {
+    ssize_t n = write(fd, bytes.data + done, bytes.size - done);
     if (n <= 0) linked = false;
     done += n > 0 ? static_cast<size_t>(n) : 0;
   }
@@ -197,12 +208,13 @@ class Model {
   // a package was built without.
   Model(const std::string& path, const std::unordered_map<std::string, at::Tensor>& weights)
       : path_(path) {
-    auto members = detail::read_zip(path);
+    std::string file;
+    auto members = detail::read_zip(path, file);
     for (const char* m : {"manifest.txt", "model.so", "weights.bin"}) {
       if (!members.count(m)) throw PackageError(path + " is not an Ember package (no " + m + ")");
     }
-    const std::string& blob = members["weights.bin"];
-    std::istringstream lines(members["manifest.txt"]);
+    const detail::Member blob = members["weights.bin"];
+    std::istringstream lines(members["manifest.txt"].str());
     std::string line;
     std::set<std::string> used;
     while (std::getline(lines, line)) {
@@ -272,10 +284,10 @@ class Model {
         } else {
           t = at::detail::empty_cpu(size, detail::dtype(dt), false, std::nullopt);
           if (static_cast<size_t>(t.nbytes()) != static_cast<size_t>(nbytes) ||
-              static_cast<size_t>(offset) + nbytes > blob.size()) {
+              static_cast<size_t>(offset) + nbytes > blob.size) {
             throw PackageError(path + ": weight " + name + " is out of bounds");
           }
-          if (nbytes) std::memcpy(t.data_ptr(), blob.data() + offset, nbytes);
+          if (nbytes) std::memcpy(t.data_ptr(), blob.data + offset, nbytes);
         }
       }
     }
