@@ -1089,19 +1089,27 @@ def _perspective_pil(pic, startpoints, endpoints, interpolation=InterpolationMod
                          fillcolor=_pil_fill(fill, pic))
 
 
-def _via_pil(pil_fn):
+def _via_pil(pil_fn, tensor_fn):
     """The ``PILImage`` kernel (a PIL image inside a transform) of a PIL kernel: back to
-    PIL, ``pil_fn``, back to a tensor image."""
+    PIL, ``pil_fn``, back to a tensor image (shapes and dtypes no PIL mode holds, after
+    an earlier step of the same transform: ``tensor_fn``)."""
     def run(img, *args, **kwargs):
+        raw = tv_tensors.unwrap(img)
+        if raw.ndim != 3 or (raw.shape[0], raw.dtype) not in _PIL_LAYOUTS:
+            return tv_tensors.wrap(tensor_fn(raw, *args, **kwargs), like=img)
         return tv_tensors.wrap(pil_to_tensor(pil_fn(image_as_pil(img), *args, **kwargs)),
                                like=img)
 
     return run
 
 
+_PIL_LAYOUTS = {(1, torch.uint8), (2, torch.uint8), (3, torch.uint8), (4, torch.uint8),
+                (1, torch.uint16), (1, torch.int32), (1, torch.float32)}
+
+
 register_raw(affine, PIL.Image.Image, _affine_pil)
-register_raw(affine, PILImage, _via_pil(_affine_pil))
+register_raw(affine, PILImage, _via_pil(_affine_pil, _affine_image))
 register_raw(rotate, PIL.Image.Image, _rotate_pil)
-register_raw(rotate, PILImage, _via_pil(_rotate_pil))
+register_raw(rotate, PILImage, _via_pil(_rotate_pil, _rotate_image))
 register_raw(perspective, PIL.Image.Image, _perspective_pil)
-register_raw(perspective, PILImage, _via_pil(_perspective_pil))
+register_raw(perspective, PILImage, _via_pil(_perspective_pil, _perspective_image))
