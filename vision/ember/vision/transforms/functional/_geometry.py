@@ -7,6 +7,7 @@ Scalar parameters act on every image; 1-d tensor parameters of length N (``top``
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from collections.abc import Sequence
 
@@ -982,9 +983,9 @@ def _number(v, name):
             raise ValueError(f"{name} must be one number for a PIL image, got shape "
                              f"{tuple(v.shape)}")
         return v.item()
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
+    if not isinstance(v, numbers.Real) or isinstance(v, bool):
         raise TypeError(f"{name} must be a number, got {v!r}")
-    return v
+    return float(v)
 
 
 def _numbers(v, name):
