@@ -1,6 +1,8 @@
 """Models (torchvision names and state_dict layouts); weights load from local files only.
 
-``get_model("resnet50", num_classes=10, weights="/path/state_dict.pt")``, ``list_models()``.
+``get_model("resnet50", num_classes=10, weights="/path/state_dict.pt")``, ``list_models()``;
+torchvision's weights enums: ``resnet50(weights=ResNet50_Weights.DEFAULT)`` loads
+``resnet50-11ad3fa6.pth`` from ``weights_dir=`` or ``$EMBER_WEIGHTS_DIR`` (never downloads).
 """
 
 # the modules; alexnet and googlenet name their builders (imported below), as in torchvision
@@ -23,6 +25,15 @@ from ember.vision.models import (
     vision_transformer,
 )
 from ember.vision.models._registry import get_model, list_models, load_weights, register_model
+from ember.vision.models._weights import (
+    MODEL_WEIGHTS,
+    WEIGHTS_ENUMS,
+    ImageClassification,
+    Weights,
+    WeightsEnum,
+    get_model_weights,
+    get_weight,
+)
 from ember.vision.models.alexnet import AlexNet, alexnet
 from ember.vision.models.convnext import (
     ConvNeXt,
@@ -158,3 +169,11 @@ __all__ = [
     "mobilenetv3", "regnet", "resnet", "retinanet", "shufflenetv2", "squeezenet",
     "swin_transformer", "vgg", "vision_transformer",
 ]
+
+# the ``*_Weights`` enums, here and in their builders' modules, as in torchvision
+globals().update(WEIGHTS_ENUMS)
+for _model, _enum in MODEL_WEIGHTS.items():
+    setattr(__import__(globals()[_model].__module__, fromlist=["_"]), _enum.__name__, _enum)
+__all__ += ["Weights", "WeightsEnum", "ImageClassification", "get_weight", "get_model_weights",
+            *WEIGHTS_ENUMS]
+del _model, _enum

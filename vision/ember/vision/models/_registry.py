@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
+from ember.vision.models._weights import resolve
+
 _MODELS: dict[str, Callable[..., nn.Module]] = {}
 
 
 def register_model(name: str | None = None) -> Callable:
-    """Decorator adding a builder ``fn(**kw) -> nn.Module`` under ``name`` (default: its name)."""
+    """Decorator adding a builder ``fn(**kw) -> nn.Module`` under ``name`` (default: its name).
+    The registered builder also takes ``weights=`` as an entry of the model's weights enum, its
+    name or ``"DEFAULT"`` (loaded from ``weights_dir=`` or ``$EMBER_WEIGHTS_DIR``)."""
     def decorate(fn: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
         key = name or fn.__name__
         if key in _MODELS:
             raise ValueError(f"model {key!r} is already registered")
-        _MODELS[key] = fn
-        return fn
+
+        @functools.wraps(fn)
+        def builder(*args, weights=None, weights_dir=None, **kwargs) -> nn.Module:
+            weights = resolve(key, weights, weights_dir, kwargs)
+            return fn(*args, weights=weights, **kwargs)
+
+        builder.__name__ = builder.__qualname__ = key
+        builder._ember_model_name = key
+        _MODELS[key] = builder
+        return builder
     return decorate
 
 
@@ -28,7 +41,9 @@ def list_models() -> list[str]:
 
 
 def get_model(name: str, **kwargs) -> nn.Module:
-    """Build model ``name``; ``weights=<path to a state_dict file>`` loads local weights."""
+    """Build model ``name``; ``weights=`` takes a local state_dict file, or a weights enum
+    entry / its name / ``"DEFAULT"`` (file looked up in ``weights_dir=`` or
+    ``$EMBER_WEIGHTS_DIR``)."""
     if name not in _MODELS:
         raise ValueError(f"unknown model {name!r}; available: {', '.join(list_models())}")
     return _MODELS[name](**kwargs)
