@@ -61,3 +61,35 @@ def test_transforms_output_matches(name):
         got = em.get_weight(f"{type(t).__name__}.{t.name}").transforms()(img)
         assert got.shape == expected.shape
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_transforms_pil_matches():
+    from PIL import Image
+    g = torch.Generator().manual_seed(1)
+    arr = torch.randint(0, 256, (170, 230, 3), dtype=torch.uint8, generator=g).numpy()
+    img = Image.fromarray(arr)
+    for name in ("resnet50", "swin_t"):
+        t = tvm.get_model_weights(name).DEFAULT
+        expected = t.transforms()(img)
+        got = em.get_model_weights(name).DEFAULT.transforms()(img)
+        torch.testing.assert_close(torch.as_tensor(got), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["squeezenet1_1", "googlenet"])
+def test_enum_loads_torchvision_file(tmp_path, monkeypatch, name):
+    """torchvision's state_dict (googlenet: with its auxiliary heads, as the real file),
+    saved under the entry's file name, loads through the enum as torchvision's pretrained
+    builder would (googlenet: transform_input on, aux heads dropped)."""
+    torch.manual_seed(0)
+    tv = tvm.get_model(name, weights=None, **({"init_weights": True} if name == "googlenet"
+                                              else {})).eval()
+    weights = em.get_model_weights(name).DEFAULT
+    torch.save(tv.state_dict(), tmp_path / weights.file_name)
+    monkeypatch.setenv("EMBER_WEIGHTS_DIR", str(tmp_path))
+    ours = em.get_model(name, weights="DEFAULT").eval()
+    if name == "googlenet":
+        assert ours.transform_input and not ours.aux_logits
+        tv.transform_input = True
+    x = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), tv(x), rtol=1e-5, atol=1e-5)
