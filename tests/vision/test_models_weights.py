@@ -98,3 +98,16 @@ def test_transforms_preset_on_tensor():
     expected = (1 - torch.tensor([0.485, 0.456, 0.406])) / torch.tensor([0.229, 0.224, 0.225])
     torch.testing.assert_close(out[0, :, 5, 5], expected)
     assert M.Swin_T_Weights.DEFAULT.transforms().interpolation.value == "bicubic"
+
+
+def test_entry_fixes_builder_arguments(tmp_path):
+    """As in torchvision: an entry sets num_classes (and a ViT's image_size) from its meta."""
+    from ember.vision.models._weights import resolve
+    (tmp_path / "vit_b_16_swag-9ac1b537.pth").touch()
+    kwargs: dict = {}
+    path = resolve("vit_b_16", "IMAGENET1K_SWAG_E2E_V1", tmp_path, kwargs)
+    assert path == str(tmp_path / "vit_b_16_swag-9ac1b537.pth")
+    assert kwargs == {"num_classes": 1000, "image_size": 384}
+    with pytest.raises(ValueError, match="image_size"):
+        resolve("vit_b_16", "IMAGENET1K_SWAG_E2E_V1", tmp_path, {"image_size": 224})
+    assert resolve("resnet18", None, None, {}) is None
