@@ -8,12 +8,10 @@ recomputing them would cost more than a store.
 
 from __future__ import annotations
 
-import functools
 import logging
 import operator
 from collections import Counter
 
-import sympy
 import torch
 from torch.fx import GraphModule
 from torch.fx import Node as FxNode
@@ -290,9 +288,10 @@ class GraphLowering:
         """``copy_(input, value)`` (AOTAutograd's input mutation epilogue) as a pointwise node
         storing ``value`` straight into the input's buffer: the value's loop writes the input
         and no fresh buffer and extern copy follow. Only for the one write into a contiguous
-        CPU input whose whole buffer is ``dst``, when the wrapper leaves bound inputs alone,
-        and not under Triton's interpreter (a CPU graph may then be Triton code, whose kernels
-        max-autotune re-runs); None leaves the call to the extern ``copy_``.
+        CPU input whose whole buffer is ``dst`` (``wrapper.plan`` never allocates or rebinds a
+        kernel output that is a graph input), and not under Triton's interpreter (a CPU graph
+        may then be Triton code, whose kernels max-autotune re-runs); None leaves the call to
+        the extern ``copy_``.
 
         Values that read the input's old contents and are read later are computed before the
         write (``_realize_readers_of``); ``value`` itself is then read from the input."""
@@ -300,8 +299,7 @@ class GraphLowering:
         if buf is None or self.device != "cpu" or not dst.is_natural() or \
                 not any(buf is b for b in self.inputs) or not isinstance(src, TensorValue) or \
                 self.input_writes[_root(node.args[0])] != 1 or self.input_writes[None] or \
-                len(src.size) > len(buf.size) or not _contiguous(buf) or interpreted() or \
-                not wrapper_writes_inputs():
+                len(src.size) > len(buf.size) or not _contiguous(buf) or interpreted():
             return None
         if self._retarget(src, buf, node):
             return StridedView.of(buf)
@@ -440,30 +438,6 @@ def _schedulable(node: InputWrite) -> bool:
 def _contiguous(buf: Buffer) -> bool:
     want = contiguous_strides(buf.size)
     return all(ir.same(sz, 1) or ir.same(st, w) for sz, st, w in zip(buf.size, buf.stride, want))
-
-
-@functools.lru_cache(maxsize=1)
-def wrapper_writes_inputs() -> bool:
-    """Whether the wrapper's plan hands a kernel that writes a graph input's Buffer that input's
-    tensor (neither allocated nor aliased to another buffer): asked of ``wrapper.plan`` with a
-    one-kernel graph. False (``copy_`` stays an extern) for a wrapper that rebinds the name."""
-    try:
-        from ember.core.compiler.codegen import wrapper
-        from ember.core.compiler.codegen.common import ArgKind, KernelArg
-        from ember.core.compiler.schedule import schedule
-
-        one = [sympy.Integer(8)]
-        a = Buffer("arg0", torch.float32, one, [sympy.Integer(1)])
-        view = StridedView.of(a)
-        steps = schedule([InputWrite(a, lambda i: view.load(i))], set())
-        specs = {steps[0].name: [KernelArg(ArgKind.POINTER, "arg0")]}
-        plan = wrapper.plan([a], [], [], steps, specs, {"arg0": a})
-        return steps[0].outputs == [a] and not any(
-            isinstance(s, wrapper.Alloc) and s.buf.name == "arg0" or
-            isinstance(s, wrapper.Alias) and s.name == "arg0" for s in plan)
-    except Exception as e:  # a wrapper with another interface: keep the extern copy_
-        log.debug("wrapper probe failed: %s: %s", type(e).__name__, e)
-        return False
 
 
 def _written_buffers(schema, args, kwargs) -> set[str]:
