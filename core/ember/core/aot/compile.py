@@ -22,7 +22,7 @@ from ember.core.compiler import pipeline
 from ember.core.compiler.codegen import cpp, cpp_wrapper, wrapper
 from ember.core.compiler.ir import Unsupported
 from ember.core.compiler.options import check_options
-from ember.core.compiler.runtime import build, isa
+from ember.core.compiler.runtime import build, cpp_kernels, isa
 from ember.core.logs import get_logger
 
 log = get_logger("aot")
@@ -61,8 +61,7 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
     except Unsupported as e:
         raise AOTCompileError(f"cannot lower the exported graph: {e}") from e
     g, buffers, steps = lowered.graph, lowered.buffers, lowered.steps
-    sources = {k.name: cpp.kernel_source(k, buffers, tunable=False) for k in lowered.kernels}
-    specs = {name: spec for name, (_, spec) in sources.items()}
+    sources, specs = cpp_kernels.kernel_sources(lowered.kernels, buffers)
     kernels_tu = cpp.translation_unit([src for src, _ in sources.values()],
                                       build.has_libmvec())
     plan = wrapper.plan(g.inputs, g.outputs, g.checks, steps, specs, buffers)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 
 import torch
 from torch.utils import _pytree as pytree
@@ -40,14 +39,9 @@ def check_compatible(meta: package.Metadata, path: str) -> None:
     if meta.torch_version != torch.__version__:
         raise PackageError(f"{path} was built against torch {meta.torch_version}; this "
                            f"process has torch {torch.__version__}: rebuild it")
-    if meta.isa in isa.LEVELS:
-        if platform.machine() not in ("x86_64", "AMD64"):
-            raise PackageError(f"{path} was built for {meta.isa}; this CPU is "
-                               f"{platform.machine()}")
-        missing = set(meta.isa_needs) - isa.cpu_flags()
-        if missing:
-            raise PackageError(f"{path} was built for {meta.isa}; this CPU lacks "
-                               f"{', '.join(sorted(missing))}")
+    why = isa.cannot_run(meta.isa_needs) if meta.isa in isa.LEVELS else None
+    if why:
+        raise PackageError(f"{path} was built for {meta.isa}; {why}")
 
 
 def _map_library(data: memoryview, name: str) -> ctypes.CDLL:
@@ -130,6 +124,15 @@ class AOTModel:
         aoti = torch._C._aoti
         self._alloc, self._steal = (aoti.unsafe_alloc_void_ptrs_from_tensors,
                                     aoti.alloc_tensors_by_stealing_from_void_ptrs)
+        # the weights' handles live as long as the model: a call only makes its inputs'
+        self._weight_handles = self._alloc([t for t in tensors if t is not None])
+        ptrs = iter([_capsule_ptr(h, None) for h in self._weight_handles])
+        self._arg_ptrs = [None if t is None else next(ptrs) for t in tensors]
+
+    def __del__(self):
+        handles = getattr(self, "_weight_handles", None)
+        if handles:
+            self._steal(handles)  # frees the handles (the tensors stay with the model)
 
     def __call__(self, *args, **kwargs):
         flat, spec = pytree.tree_flatten((args, kwargs))
@@ -143,18 +146,18 @@ class AOTModel:
             if not isinstance(x, torch.Tensor):
                 raise AOTInputError(f"input {self.meta.args[pos].name!r} must be a tensor, "
                                     f"got {type(x).__name__}")
-        tensors = list(self._tensors)
-        for pos, x in zip(self._inputs, flat):
-            tensors[pos] = x
-        handles = self._alloc(tensors)
+        handles = self._alloc(flat)
+        ptrs = list(self._arg_ptrs)
+        for pos, h in zip(self._inputs, handles):
+            ptrs[pos] = _capsule_ptr(h, None)
         n_out = self.meta.n_outputs
-        arg_array = (ctypes.c_void_p * len(handles))(*[_capsule_ptr(h, None) for h in handles])
+        arg_array = (ctypes.c_void_p * len(ptrs))(*ptrs)
         out_array = (ctypes.c_void_p * max(n_out, 1))()
         err = ctypes.create_string_buffer(_ERR_LEN)
         try:
             status = self._run(arg_array, out_array, err, _ERR_LEN)
         finally:
-            self._steal(handles)  # frees the handles (the tensors stay with their owners)
+            self._steal(handles)  # frees the input handles (the tensors stay with the caller)
         if status != 0:
             message = err.value.decode(errors="replace")
             if status == 1:

@@ -60,6 +60,14 @@ def segment_source(name: str, kernels: list[Kernel], specs: dict, buffers: dict)
     return "\n".join(lines + ["}"]) + "\n", spec
 
 
+def kernel_sources(kernels: list[Kernel], buffers: dict,
+                   tuned: frozenset[str] = frozenset()) -> tuple[dict, dict]:
+    """Each kernel's ``(C++ source, argument spec)`` and the specs alone; kernels named in
+    ``tuned`` take the tuning parameters."""
+    sources = {k.name: cpp.kernel_source(k, buffers, tunable=k.name in tuned) for k in kernels}
+    return sources, {name: spec for name, (_, spec) in sources.items()}
+
+
 def load(steps: list, buffers: dict, options: dict | None) -> tuple[dict, str]:
     kernels = [s for s in steps if isinstance(s, Kernel)]
     if not kernels:
@@ -69,9 +77,8 @@ def load(steps: list, buffers: dict, options: dict | None) -> tuple[dict, str]:
     # times candidates by re-running the kernel on its real arguments)
     tuned = {k.name for k in kernels if tune and not any(isinstance(n, InputWrite)
                                                          for n in k.nodes)}
-    sources = {k.name: cpp.kernel_source(k, buffers, tunable=k.name in tuned) for k in kernels}
+    sources, specs = kernel_sources(kernels, buffers, frozenset(tuned))
     parts = [src for src, _ in sources.values()]
-    specs = {name: spec for name, (_, spec) in sources.items()}
     segments = []
     if modes.native_entry(options):
         for run in runs(steps):

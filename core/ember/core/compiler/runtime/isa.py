@@ -50,12 +50,19 @@ def selected(options: dict | None = None) -> str:
         raise IsaError(f"{where} must be one of {', '.join(NAMES)}; got {name!r}")
     if name == "native":
         return name
-    if platform.machine() not in ("x86_64", "AMD64"):
-        raise IsaError(f"{where}={name!r} needs an x86-64 CPU; this one is {platform.machine()}")
-    missing = LEVELS[name].needs - cpu_flags()
-    if missing:
-        raise IsaError(f"{where}={name!r}: this CPU lacks {', '.join(sorted(missing))}")
+    why = cannot_run(LEVELS[name].needs)
+    if why:
+        raise IsaError(f"{where}={name!r}: {why}")
     return name
+
+
+def cannot_run(needs) -> str | None:
+    """Why this CPU cannot run code needing the CPU flags ``needs`` (an x86-64 level's), or
+    None when it can."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return f"needs an x86-64 CPU; this one is {platform.machine()}"
+    missing = set(needs) - cpu_flags()
+    return f"this CPU lacks {', '.join(sorted(missing))}" if missing else None
 
 
 @functools.lru_cache(maxsize=1)
