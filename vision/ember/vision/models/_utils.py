@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import torch
+from torch import nn
 
 
 def fixed(kwargs: dict, **values) -> dict:
@@ -54,3 +55,32 @@ def load_with_aux(make, weights, kwargs: dict, aux_prefix: str, default_aux: boo
     if not want_aux:
         model.drop_aux()
     return model
+
+
+class IntermediateLayerGetter(nn.ModuleDict):
+    """A model's direct children up to the last one named in ``return_layers`` (torchvision's
+    state_dict layout); ``forward`` returns those children's outputs under their new names."""
+
+    def __init__(self, model: nn.Module, return_layers: dict[str, str]) -> None:
+        wanted = dict(return_layers)
+        names = [name for name, _ in model.named_children()]
+        missing = set(wanted) - set(names)
+        if missing:
+            raise ValueError(f"return_layers {sorted(missing)} are not children of the model "
+                             f"(children: {names})")
+        layers, left = {}, set(wanted)
+        for name, module in model.named_children():
+            layers[name] = module
+            left.discard(name)
+            if not left:
+                break
+        super().__init__(layers)
+        self.return_layers = wanted
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        out = {}
+        for name, module in self.items():
+            x = module(x)
+            if name in self.return_layers:
+                out[self.return_layers[name]] = x
+        return out
