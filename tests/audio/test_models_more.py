@@ -1,0 +1,152 @@
+"""Emformer, RNNT, beam search, Tacotron2, HDemucs, Squim: counts, shapes, streaming, errors.
+
+torchaudio is not installed here; expected parameter counts are derived layer by layer from
+torchaudio's model sources and checked against the totals torchaudio reports for its builders
+(tests/peers/audio/test_models_more_parity.py compares the models themselves).
+"""
+
+import pytest
+import torch
+from torch import nn
+
+import ember.core
+from ember.audio.models import (
+    RNNT,
+    Emformer,
+    RNNTBeamSearch,
+    emformer_rnnt_base,
+    emformer_rnnt_model,
+)
+
+torch.set_num_threads(1)
+
+
+def linear(n_in, n_out, bias=True):
+    return n_in * n_out + (n_out if bias else 0)
+
+
+def norm(c):
+    return 2 * c
+
+
+def n_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def on_meta(build):
+    with torch.device("meta"):
+        return build()
+
+
+# ------------------------------------------------------------------ Emformer / RNNT
+
+def emformer_layer(d, f):
+    attention = linear(d, 2 * d) + linear(d, d) + linear(d, d)   # key/value, query, out
+    return attention + norm(d) + linear(d, f) + linear(f, d) + 2 * norm(d)
+
+
+def test_emformer_rnnt_base_parameter_count():
+    n_sym, d = 4097, 512
+    transcriber = (linear(80, 128, bias=False) + 20 * emformer_layer(d, 2048)
+                   + linear(d, 1024) + norm(1024))
+    lstm = 2 * linear(512, 4 * 512, bias=False) + norm(512) + norm(4 * 512)
+    predictor = n_sym * 512 + norm(512) + 3 * lstm + linear(512, 1024) + norm(1024)
+    expected = transcriber + predictor + linear(1024, n_sym)
+    assert expected == 76_738_049            # torchaudio's emformer_rnnt_base(4097)
+    assert n_params(on_meta(lambda: emformer_rnnt_base(4097))) == expected
+    emformer = on_meta(lambda: Emformer(512, 8, 2048, 20, 4))
+    assert n_params(emformer) == 20 * emformer_layer(512, 2048)
+
+
+@pytest.mark.parametrize("memory", [0, 2])
+def test_emformer_streaming_equals_whole_utterance(memory):
+    # with the left context covering the past, segment-by-segment infer reproduces forward
+    torch.manual_seed(0)
+    model = Emformer(16, 2, 32, 2, 4, left_context_length=8, right_context_length=2,
+                     max_memory_size=memory).eval()
+    x = torch.randn(1, 14, 16)
+    with torch.no_grad():
+        whole, lengths = model(x, torch.tensor([12]))
+        state, parts = None, []
+        for i in range(3):
+            out, out_lengths, state = model.infer(x[:, 4 * i: 4 * i + 6], torch.tensor([6]),
+                                                  state)
+            parts.append(out)
+    assert whole.shape == (1, 12, 16) and lengths.tolist() == [12]
+    assert out_lengths.tolist() == [4] and len(state) == 2
+    torch.testing.assert_close(torch.cat(parts, 1), whole, rtol=1e-5, atol=1e-5)
+
+
+def test_emformer_bad_input():
+    model = Emformer(16, 2, 32, 1, 4, right_context_length=2)
+    with pytest.raises(ValueError, match="segment_length"):
+        model.infer(torch.randn(1, 5, 16), torch.tensor([5]))
+    with pytest.raises(ValueError, match="lengths"):
+        model(torch.randn(2, 10, 16), torch.tensor([10]))
+    with pytest.raises(ValueError, match="activation"):
+        Emformer(16, 2, 32, 1, 4, activation="tanh")
+    with pytest.raises(ValueError, match="divisible"):
+        Emformer(16, 3, 32, 1, 4)
+    with pytest.raises(ValueError, match="weight_init_scale_strategy"):
+        Emformer(16, 2, 32, 1, 4, weight_init_scale_strategy="xavier")
+
+
+def small_rnnt() -> RNNT:
+    return emformer_rnnt_model(
+        input_dim=8, encoding_dim=16, num_symbols=7, segment_length=4, right_context_length=2,
+        time_reduction_input_dim=6, time_reduction_stride=2, transformer_num_heads=2,
+        transformer_ffn_dim=24, transformer_num_layers=2, transformer_dropout=0.0,
+        transformer_activation="relu", transformer_left_context_length=3,
+        transformer_max_memory_size=0, transformer_weight_init_scale_strategy="depthwise",
+        transformer_tanh_on_mem=False, symbol_embedding_dim=12, num_lstm_layers=2,
+        lstm_layer_norm=True, lstm_layer_norm_epsilon=1e-3, lstm_dropout=0.0)
+
+
+def test_rnnt_shapes_and_predictor_state():
+    torch.manual_seed(0)
+    model = small_rnnt().eval()
+    x, lengths = torch.randn(2, 22, 8), torch.tensor([20, 14])
+    targets = torch.randint(0, 7, (2, 5))
+    with torch.no_grad():
+        logits, src_len, tgt_len, state = model(x, lengths, targets, torch.tensor([5, 3]))
+        assert logits.shape == (2, 10, 5, 7)             # time reduced by the stride 2
+        assert src_len.tolist() == [10, 7] and tgt_len.tolist() == [5, 3]
+        assert len(state) == 2 and state[0][0].shape == (2, 12)
+        # predicting in two calls with the carried state equals one call
+        whole, _, _ = model.predict(targets, torch.tensor([5, 5]), None)
+        first, _, mid = model.predict(targets[:, :2], torch.tensor([2, 2]), None)
+        rest, _, _ = model.predict(targets[:, 2:], torch.tensor([3, 3]), mid)
+        torch.testing.assert_close(torch.cat([first, rest], 1), whole)
+    with pytest.raises(ValueError, match="targets"):
+        model.predict(targets[0], torch.tensor([5]), None)
+
+
+def test_beam_search_hypotheses():
+    torch.manual_seed(0)
+    model = small_rnnt().eval()
+    search = RNNTBeamSearch(model, blank=6)
+    with torch.no_grad():
+        hypos = search(torch.randn(20, 8), torch.tensor(20), 3)
+        assert len(hypos) == 3
+        keys = [h[3] / (len(h[0]) + 1) for h in hypos]
+        assert keys == sorted(keys, reverse=True)     # best first by the default sort key
+        assert all(h[0][0] == 6 for h in hypos)       # every hypothesis starts at the blank
+        assert len({str(h[0]) for h in hypos}) == 3   # merged: no token sequence twice
+        streamed, state = search.infer(torch.randn(6, 8), torch.tensor(6), 2)
+        assert len(streamed) == 2 and len(state) == 2
+    with pytest.raises(ValueError, match="input"):
+        search(torch.randn(2, 20, 8), torch.tensor(20), 3)
+    with pytest.raises(ValueError, match="length"):
+        search(torch.randn(20, 8), torch.tensor([20, 20]), 3)
+
+
+@pytest.mark.slow
+def test_compiled_emformer_matches_eager():
+    torch.manual_seed(0)
+    model = Emformer(16, 2, 32, 2, 4, left_context_length=3, right_context_length=2,
+                     max_memory_size=2).eval()
+    x, lengths = torch.randn(2, 14, 16), torch.tensor([12, 9])
+    with torch.no_grad():
+        expected, _ = model(x, lengths)
+        got, _ = ember.core.compile(model)(x, lengths)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)

