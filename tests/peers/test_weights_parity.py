@@ -22,7 +22,9 @@ NAMES = tvm.list_models(module=tvm)
 
 def test_same_builders_have_enums():
     assert len(NAMES) == 80
-    assert sorted(em._weights.MODEL_WEIGHTS) == sorted(NAMES)
+    tasks = {n for p in ("segmentation", "video", "detection") if hasattr(em, p)
+             for n in em.list_models(module=getattr(em, p))}   # their own peer tests
+    assert sorted(set(em._weights.MODEL_WEIGHTS) - tasks) == sorted(NAMES)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -170,10 +170,16 @@ __all__ = [
     "swin_transformer", "vgg", "vision_transformer",
 ]
 
-# the ``*_Weights`` enums, here and in their builders' modules, as in torchvision
+# the classification ``*_Weights`` enums, here and in their builders' modules, as in
+# torchvision (the task packages below define and export their own)
 globals().update(WEIGHTS_ENUMS)
 for _model, _enum in MODEL_WEIGHTS.items():
     setattr(__import__(globals()[_model].__module__, fromlist=["_"]), _enum.__name__, _enum)
 __all__ += ["Weights", "WeightsEnum", "ImageClassification", "get_weight", "get_model_weights",
             *WEIGHTS_ENUMS]
 del _model, _enum
+
+# task packages, as torchvision.models.segmentation etc. (their builders register on import)
+from ember.vision.models import segmentation  # noqa: E402
+
+__all__ += ["segmentation"]

@@ -9,15 +9,17 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ember.vision.models._weights import resolve
+from ember.vision.models._weights import entry_of, resolve
 
 _MODELS: dict[str, Callable[..., nn.Module]] = {}
 
 
-def register_model(name: str | None = None) -> Callable:
+def register_model(name: str | None = None, *, backbone: str | None = None) -> Callable:
     """Decorator adding a builder ``fn(**kw) -> nn.Module`` under ``name`` (default: its name).
     The registered builder also takes ``weights=`` as an entry of the model's weights enum, its
-    name or ``"DEFAULT"`` (loaded from ``weights_dir=`` or ``$EMBER_WEIGHTS_DIR``)."""
+    name or ``"DEFAULT"`` (loaded from ``weights_dir=`` or ``$EMBER_WEIGHTS_DIR``); with
+    ``backbone`` (a classification builder's name) ``weights_backbone=`` likewise takes an
+    entry of that builder's enum, and is dropped when ``weights`` is given (as in torchvision)."""
     def decorate(fn: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
         key = name or fn.__name__
         if key in _MODELS:
@@ -25,6 +27,13 @@ def register_model(name: str | None = None) -> Callable:
 
         @functools.wraps(fn)
         def builder(*args, weights=None, weights_dir=None, **kwargs) -> nn.Module:
+            if backbone is not None:
+                given = kwargs.get("weights_backbone")
+                if weights is not None or given is None:
+                    kwargs["weights_backbone"] = None
+                elif entry_of(backbone, given) is not None:
+                    kwargs["weights_backbone"] = resolve(backbone, given, weights_dir)
+                    weights_dir = None   # used by the backbone's entry
             weights = resolve(key, weights, weights_dir, kwargs)
             return fn(*args, weights=weights, **kwargs)
 
@@ -35,9 +44,16 @@ def register_model(name: str | None = None) -> Callable:
     return decorate
 
 
-def list_models() -> list[str]:
-    """Names of the registered models, sorted."""
-    return sorted(_MODELS)
+def list_models(module=None) -> list[str]:
+    """Names of the registered models, sorted; ``module`` (e.g.
+    ``ember.vision.models.segmentation``) keeps those whose builder is defined inside it."""
+    if module is None:
+        return sorted(_MODELS)
+    prefix = getattr(module, "__name__", module)
+    if not isinstance(prefix, str):
+        raise TypeError(f"module must be a module or its name, got {type(module).__name__}")
+    return sorted(k for k, fn in _MODELS.items()
+                  if fn.__module__ == prefix or fn.__module__.startswith(prefix + "."))
 
 
 def get_model(name: str, **kwargs) -> nn.Module:

@@ -10,9 +10,9 @@ from torch import nn
 
 def fixed(kwargs: dict, **values) -> dict:
     """``kwargs`` with ``values`` set; a caller's different value for one raises, as in
-    torchvision (a builder's defining hyper-parameters cannot be overridden)."""
+    torchvision (a builder's defining hyper-parameters cannot be overridden; None is unset)."""
     for key, value in values.items():
-        if key in kwargs and kwargs[key] != value:
+        if kwargs.get(key) is not None and kwargs[key] != value:
             raise ValueError(f"The parameter '{key}' expected value {value} "
                              f"but got {kwargs[key]} instead.")
     return {**kwargs, **values}

@@ -389,6 +389,21 @@ _build()
 globals().update(WEIGHTS_ENUMS)
 
 
+def add_weights_enum(model: str, enum_name: str, entries: Sequence[tuple[str, Weights]],
+                     default: str) -> type[WeightsEnum]:
+    """Make and register the enum ``enum_name`` of builder ``model`` (segmentation, video and
+    detection modules): ``entries`` are (NAME, Weights), ``default`` names the DEFAULT one."""
+    names = [n for n, _ in entries]
+    if default not in names:
+        raise ValueError(f"{enum_name}: default {default!r} is not one of {names}")
+    if enum_name in WEIGHTS_ENUMS or model in MODEL_WEIGHTS:
+        raise ValueError(f"weights of {model!r} ({enum_name}) are already registered")
+    members = [*entries, ("DEFAULT", dict(entries)[default])]
+    weights = WeightsEnum(enum_name, members, module=__name__)
+    WEIGHTS_ENUMS[enum_name] = MODEL_WEIGHTS[model] = weights
+    return weights
+
+
 def get_weight(name: str) -> WeightsEnum:
     """The entry named ``"<Enum>.<ENTRY>"``, e.g. ``get_weight("ResNet50_Weights.DEFAULT")``."""
     enum_name, _, entry = name.partition(".")
@@ -408,15 +423,24 @@ def get_model_weights(name: str | Callable) -> type[WeightsEnum]:
     return MODEL_WEIGHTS[name]
 
 
+def entry_of(model: str, weights) -> WeightsEnum | None:
+    """``weights`` as an entry of ``model``'s enum when it is one (or names one), else None."""
+    enum_cls = MODEL_WEIGHTS.get(model)
+    if isinstance(weights, WeightsEnum):
+        return weights
+    if isinstance(weights, str) and enum_cls is not None:
+        key = weights.removeprefix(enum_cls.__name__ + ".")
+        if key in enum_cls.__members__:
+            return enum_cls[key]
+    return None
+
+
 def resolve(model: str, weights, weights_dir=None, kwargs: dict | None = None):
     """A builder's ``weights=`` as its loader takes it: an entry of the model's enum (or its
     name, or ``"DEFAULT"``) becomes the local file path (and fixes ``num_classes``, and a ViT's
     ``image_size``, in ``kwargs`` as torchvision does); anything else passes through."""
     enum_cls = MODEL_WEIGHTS.get(model)
-    if isinstance(weights, str) and enum_cls is not None:
-        key = weights.removeprefix(enum_cls.__name__ + ".")
-        if key in enum_cls.__members__:
-            weights = enum_cls[key]
+    weights = entry_of(model, weights) or weights
     if isinstance(weights, WeightsEnum):
         if enum_cls is None or not isinstance(weights, enum_cls):
             expected = enum_cls.__name__ if enum_cls is not None else "no weights enum"
