@@ -1,6 +1,13 @@
 // RoI pooling kernels for CPU (see _roi_native.py): roi_align, roi_pool, ps_roi_align,
 // ps_roi_pool, forward and backward, float and double. Forward splits boxes over OpenMP
 // threads; backward splits input channel planes, so no two threads add into one plane.
+// No fused multiply-adds: sums round term by term like torchvision's kernels, so results
+// match it bit for bit.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 #include <algorithm>
 #include <cfloat>
 #include <cmath>

@@ -105,7 +105,9 @@ def _(boxes, scores, iou_threshold):
     if boxes.shape[0] == 0:
         return boxes.new_empty((0,), dtype=torch.long)
     order = torch.argsort(scores, descending=True, stable=True)
-    b = boxes[order].to(torch.float64).numpy()
+    # IoUs in the boxes' precision (float32 unless float64), as torchvision's kernel
+    dtype = torch.float64 if boxes.dtype == torch.float64 else torch.float32
+    b = boxes[order].to(dtype).numpy()
     x1, y1, x2, y2 = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
     areas = (x2 - x1) * (y2 - y1)
     removed = np.zeros(b.shape[0], dtype=bool)
@@ -160,5 +162,15 @@ def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor,
                          f"got {tuple(idxs.shape)}")
     if boxes.numel() == 0:
         return boxes.new_empty((0,), dtype=torch.long)
+    # torchvision's switch: many boxes go category by category (offsetting them to far
+    # coordinates would round their IoUs); compiled code keeps the loop-free offsets
+    limit = 4000 if boxes.device.type == "cpu" else 100_000
+    if boxes.numel() > limit and not torch.compiler.is_compiling():
+        keep = torch.zeros_like(scores, dtype=torch.bool)
+        for category in torch.unique(idxs):
+            members = torch.where(idxs == category)[0]
+            keep[members[nms(boxes[members], scores[members], iou_threshold)]] = True
+        kept = torch.where(keep)[0]
+        return kept[scores[kept].sort(descending=True)[1]]
     offsets = idxs.to(boxes) * (boxes.max() + 1)
     return nms(boxes + offsets[:, None], scores, iou_threshold)
