@@ -14,11 +14,20 @@ from ember.audio.models import (
     RNNT,
     Emformer,
     RNNTBeamSearch,
+    Tacotron2,
     emformer_rnnt_base,
     emformer_rnnt_model,
 )
 
 torch.set_num_threads(1)
+
+
+def conv(c_in, c_out, k, bias=True, groups=1):
+    return c_out * (c_in // groups) * k + (c_out if bias else 0)
+
+
+def lstm_cell(n_in, h):
+    return 4 * h * (n_in + h) + 2 * 4 * h
 
 
 def linear(n_in, n_out, bias=True):
@@ -138,6 +147,79 @@ def test_beam_search_hypotheses():
         search(torch.randn(2, 20, 8), torch.tensor(20), 3)
     with pytest.raises(ValueError, match="length"):
         search(torch.randn(20, 8), torch.tensor([20, 20]), 3)
+
+
+# ------------------------------------------------------------------ Tacotron2
+
+def test_tacotron2_parameter_count():
+    # torchaudio Tacotron2() defaults: 80 mels, 148 symbols, 512-d encoder, 1024-d LSTMs
+    encoder = 3 * (conv(512, 512, 5) + norm(512)) + 2 * lstm_cell(512, 256)
+    attention = (linear(1024, 128, bias=False) + linear(512, 128, bias=False)
+                 + linear(128, 1, bias=False) + conv(2, 32, 31, bias=False)
+                 + linear(32, 128, bias=False))
+    decoder = (linear(80, 256, bias=False) + linear(256, 256, bias=False)     # prenet
+               + lstm_cell(256 + 512, 1024) + attention + lstm_cell(1024 + 512, 1024)
+               + linear(1536, 80) + linear(1536, 1))
+    postnet = (conv(80, 512, 5) + norm(512) + 3 * (conv(512, 512, 5) + norm(512))
+               + conv(512, 80, 5) + norm(80))
+    expected = 148 * 512 + encoder + decoder + postnet
+    assert expected == 28_193_153
+    assert n_params(on_meta(Tacotron2)) == expected
+
+
+def small_tacotron2(**kw) -> Tacotron2:
+    torch.manual_seed(0)
+    return Tacotron2(n_mels=10, n_symbol=20, symbol_embedding_dim=16, encoder_embedding_dim=16,
+                     encoder_kernel_size=3, decoder_rnn_dim=24, decoder_max_step=12,
+                     attention_rnn_dim=20, attention_hidden_dim=8, attention_location_n_filter=4,
+                     attention_location_kernel_size=5, prenet_dim=12, postnet_n_convolution=3,
+                     postnet_kernel_size=3, postnet_embedding_dim=14, **kw).eval()
+
+
+def test_tacotron2_teacher_forced_shapes_and_padding():
+    model = small_tacotron2(mask_padding=True)
+    tokens, token_lengths = torch.randint(0, 20, (2, 7)), torch.tensor([7, 5])
+    with torch.no_grad():
+        mel, post, gates, align = model(tokens, token_lengths, torch.randn(2, 10, 8),
+                                        torch.tensor([8, 6]))
+    assert mel.shape == post.shape == (2, 10, 8)
+    assert gates.shape == (2, 8) and align.shape == (2, 8, 7)
+    assert (mel[1, :, 6:] == 0).all() and (post[1, :, 6:] == 0).all()
+    assert (gates[1, 6:] == 1e3).all() and (gates[1, :6] != 1e3).all()
+    assert (align[1, :, 5:] == 0).all()                   # no attention on padded tokens
+    torch.testing.assert_close(align.sum(-1), torch.ones(2, 8))
+
+
+def test_tacotron2_infer_stops_at_the_gate():
+    tokens, lengths = torch.randint(0, 20, (2, 7)), torch.tensor([7, 4])
+    model = small_tacotron2(gate_threshold=0.5)
+    with torch.no_grad():
+        model.decoder.gate_layer.bias.fill_(100.0)        # every gate fires at once
+        mel, mel_lengths, align = model.infer(tokens, lengths)
+        assert mel.shape == (2, 10, 1) and mel_lengths.tolist() == [1, 1]
+        assert align.shape == (2, 1, 7)
+        model.decoder.gate_layer.bias.fill_(-100.0)       # none fires: runs to the cap
+        with pytest.warns(UserWarning, match="decoder_max_step"):
+            mel, mel_lengths, _ = model.infer(tokens, lengths)
+        assert mel.shape == (2, 10, 12) and mel_lengths.tolist() == [12, 12]
+        # the prenet's dropout stays on in eval mode, so two syntheses differ
+        with pytest.warns(UserWarning, match="decoder_max_step"):
+            assert not torch.allclose(mel, model.infer(tokens, lengths)[0])
+
+
+def test_tacotron2_bad_input():
+    model = small_tacotron2(n_frames_per_step=2)
+    tokens = torch.randint(0, 20, (2, 7))
+    with pytest.raises(ValueError, match="sorted"):
+        model.infer(tokens, torch.tensor([5, 7]))
+    with pytest.raises(ValueError, match="multiple of n_frames_per_step"):
+        model(tokens, torch.tensor([7, 5]), torch.randn(2, 10, 7), torch.tensor([7, 5]))
+    with pytest.raises(ValueError, match="n_mels"):
+        model(tokens, torch.tensor([7, 5]), torch.randn(2, 8, 8), torch.tensor([8, 6]))
+    with pytest.raises(ValueError, match="tokens"):
+        model.infer(tokens[0])
+    with pytest.raises(ValueError, match="odd"):
+        Tacotron2(encoder_kernel_size=4)
 
 
 @pytest.mark.slow

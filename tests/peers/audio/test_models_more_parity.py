@@ -156,3 +156,64 @@ def test_rnnt_beam_search_hypotheses(beam_width):
 
 
 test_rnnt_beam_search_hypotheses.compares = ("models:RNNTBeamSearch", "models:Hypothesis")
+
+
+# ------------------------------------------------------------------ Tacotron2
+
+def small_tacotron2(mask_padding=False, n_frames_per_step=1, gate_threshold=0.5):
+    def build(M):
+        return M.Tacotron2(
+            mask_padding=mask_padding, n_mels=10, n_symbol=20,
+            n_frames_per_step=n_frames_per_step, symbol_embedding_dim=16,
+            encoder_embedding_dim=16, encoder_kernel_size=3, decoder_rnn_dim=24,
+            decoder_max_step=12, attention_rnn_dim=20, attention_hidden_dim=8,
+            attention_location_n_filter=4, attention_location_kernel_size=5, prenet_dim=12,
+            postnet_n_convolution=3, postnet_kernel_size=3, postnet_embedding_dim=14,
+            gate_threshold=gate_threshold)
+    return build
+
+
+def randomise_batchnorm_stats(model):
+    g = torch.Generator().manual_seed(5)
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm1d):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=g))
+            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+
+
+def seeded(fn, *args, seed=1):
+    """The prenet's dropout stays on in eval: both models draw from the same seed."""
+    torch.manual_seed(seed)
+    return fn(*args)
+
+
+@pytest.mark.parametrize("mask_padding", [False, True])
+def test_tacotron2_teacher_forced(mask_padding):
+    ours, theirs = twin(small_tacotron2(mask_padding))
+    randomise_batchnorm_stats(theirs)
+    ours.load_state_dict(theirs.state_dict())
+    tokens, token_lengths = torch.randint(0, 20, (2, 7)), torch.tensor([7, 5])
+    mel, mel_lengths = rand(2, 10, 8, seed=6), torch.tensor([8, 6])
+    with torch.no_grad():
+        close(seeded(ours, tokens, token_lengths, mel, mel_lengths),
+              seeded(theirs, tokens, token_lengths, mel, mel_lengths))
+
+
+test_tacotron2_teacher_forced.compares = ("models:Tacotron2",)
+
+
+@pytest.mark.filterwarnings("ignore:.*max")
+@pytest.mark.parametrize("n_frames_per_step", [1, 2])
+@pytest.mark.parametrize("gate_threshold", [0.3, 0.5, 0.7])
+def test_tacotron2_infer(gate_threshold, n_frames_per_step):
+    ours, theirs = twin(small_tacotron2(n_frames_per_step=n_frames_per_step,
+                                        gate_threshold=gate_threshold))
+    tokens, lengths = torch.randint(0, 20, (3, 7)), torch.tensor([7, 6, 3])
+    with torch.no_grad():
+        close(seeded(ours.infer, tokens, lengths), seeded(theirs.infer, tokens, lengths))
+        close(seeded(ours.infer, tokens[:1]), seeded(theirs.infer, tokens[:1]))
+
+
+def test_tacotron2_default_structure():
+    same_structure_on_meta(lambda M: M.Tacotron2())
+    same_structure_on_meta(lambda M: M.Tacotron2(n_symbol=96, n_frames_per_step=3))
