@@ -138,3 +138,9 @@ def test_hubert_pretrain_outputs_match():
             want = theirs(WAVES, labels, lengths)
             for g, w in zip(got, want):
                 _close(g, w)
+
+
+test_builder_signature.compares = tuple(f"models:{n}" for n in BUILDERS) + (
+    "models:wav2vec2_model", "models:wavlm_model", "models:hubert_pretrain_model")
+test_base_outputs_match.compares = ("models:Wav2Vec2Model",)
+test_hubert_pretrain_outputs_match.compares = ("models:HuBERTPretrainModel",)

@@ -139,7 +139,8 @@ class SelfAttention(nn.Module):
                    for proj in (self.q_proj, self.k_proj, self.v_proj))
         mask = None
         if key_padding_mask is not None:
-            mask = (key_padding_mask.to(x.dtype) * _MASK_BIAS)[:, None, None, :]
+            bias = x.new_zeros(key_padding_mask.shape).masked_fill(key_padding_mask, _MASK_BIAS)
+            mask = bias[:, None, None, :]
         out = _sdpa(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
         out = out.transpose(1, 2).reshape(batch, length, self.embed_dim)
         return self.out_proj(out), None

@@ -335,6 +335,8 @@ def hubert_pretrain_model(
         skip_nomask: bool, num_classes: int, final_dim: int,
         feature_grad_mult: float | None) -> HuBERTPretrainModel:
     """A HuBERTPretrainModel from the full configuration (torchaudio's signature)."""
+    if feature_grad_mult is not None and not 0.0 < feature_grad_mult < 1.0:
+        raise ValueError(f"feature_grad_mult must be None or in (0, 1), got {feature_grad_mult}")
     wav2vec2 = wav2vec2_model(
         extractor_mode, extractor_conv_layer_config, extractor_conv_bias, encoder_embed_dim,
         encoder_projection_dropout, encoder_pos_conv_kernel, encoder_pos_conv_groups,
