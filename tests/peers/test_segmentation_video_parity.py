@@ -139,3 +139,48 @@ def test_segmentation_backbone_weights_load_as_in_torchvision(tmp_path):
     their_state = cls.features.state_dict()
     for key, value in ours.backbone.state_dict().items():
         torch.testing.assert_close(value, their_state[key], rtol=0, atol=0)
+
+
+# video builder -> clip shape [N, 3, T, H, W] for the forward comparison (s3d: its minimum)
+VIDEO = {"r3d_18": (1, 3, 4, 32, 32), "mc3_18": (1, 3, 4, 32, 32),
+         "r2plus1d_18": (1, 3, 4, 32, 32), "s3d": (1, 3, 14, 224, 224)}
+
+
+@pytest.mark.parametrize("name", sorted(VIDEO))
+def test_video_builder_matches_torchvision(name):
+    import torchvision.models.video as tvv
+
+    torch.manual_seed(0)
+    theirs = tvv.__dict__[name](num_classes=7).eval()
+    ours = em.get_model(name, num_classes=7).eval()
+    check_structure(ours, theirs)
+    randomise_norm_stats(theirs)
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    x = torch.rand(*VIDEO[name], generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out_t, out_o = theirs(x), ours(x)
+    assert out_o.shape == (1, 7)
+    torch.testing.assert_close(out_o, out_t, rtol=1e-5, atol=1e-5)
+    theirs.load_state_dict(ours.state_dict(), strict=True)
+    enum, their_enum = em.get_model_weights(name), tvm.get_model_weights(name)
+    assert enum.__name__ == their_enum.__name__
+    assert list(enum.__members__) == list(their_enum.__members__)
+    ours_w, theirs_w = enum.DEFAULT, their_enum.DEFAULT
+    assert ours_w.file_name == theirs_w.url.rsplit("/", 1)[-1]
+    for key in ("num_params", "categories", "min_size"):
+        assert ours_w.meta[key] == their_enum.DEFAULT.meta[key], key
+    with torch.device("meta"):
+        assert n_params(em.get_model(name)) == theirs_w.meta["num_params"]
+
+
+def test_video_preset_matches_torchvision():
+    g = torch.Generator().manual_seed(0)
+    clip = torch.randint(0, 256, (2, 5, 3, 40, 52), dtype=torch.uint8, generator=g)
+    ours = em.video.R3D_18_Weights.DEFAULT.transforms()
+    theirs = tvm.get_model_weights("r3d_18").DEFAULT.transforms()
+    expected = theirs(clip)
+    out = ours(clip)
+    assert out.shape == expected.shape == (2, 3, 5, 112, 112)
+    # uint8 resampled in float and rounded by both; a rounding tie may land one level apart
+    assert (out - expected).abs().max() <= 1.01 / 255 / min(ours.std)
+    assert torch.allclose(ours(clip[0]), out[0])

@@ -8,7 +8,7 @@ import torch
 
 import ember.core
 from ember.vision import models
-from ember.vision.models import segmentation
+from ember.vision.models import segmentation, video
 
 # torchvision's published counts (weights meta "num_params"; segmentation with aux heads)
 PUBLISHED_SEGMENTATION = {
@@ -94,3 +94,51 @@ def test_compiled_segmentation_matches_eager():
     with torch.no_grad():
         torch.testing.assert_close(ember.core.compile(m)(x)["out"], m(x)["out"],
                                    rtol=1e-4, atol=1e-5)
+
+
+PUBLISHED_VIDEO = {"r3d_18": 33_371_472, "mc3_18": 11_695_440, "r2plus1d_18": 31_505_325,
+                   "s3d": 8_320_048}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_VIDEO))
+def test_video_parameter_count_equals_published(name):
+    with torch.device("meta"):
+        m = models.get_model(name)
+    assert n_params(m) == PUBLISHED_VIDEO[name]
+    weights = models.get_model_weights(name).DEFAULT
+    assert weights.meta["num_params"] == PUBLISHED_VIDEO[name]
+    assert len(weights.meta["categories"]) == 400
+
+
+def test_video_builders_listed_and_small_forward():
+    assert models.list_models(module=video) == sorted(PUBLISHED_VIDEO)
+    torch.manual_seed(0)
+    m = video.r2plus1d_18(num_classes=5).eval()
+    x = torch.rand(2, 3, 4, 32, 32)
+    with torch.no_grad():
+        out = m(x)
+        single = m(x[1:])
+    assert out.shape == (2, 5)
+    torch.testing.assert_close(out[1:], single, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=r"\[N, 3, T, H, W\]"):
+        m(torch.rand(2, 3, 32, 32))
+    with pytest.raises(ValueError, match="14 frames"), torch.device("meta"):
+        video.s3d()(torch.empty(1, 3, 8, 224, 224))
+
+
+def test_video_preset_shapes():
+    t = video.S3D_Weights.DEFAULT.transforms()
+    clip = torch.randint(0, 256, (6, 3, 300, 280), dtype=torch.uint8)
+    out = t(clip)
+    assert out.shape == (3, 6, 224, 224) and out.dtype == torch.float32
+    with pytest.raises(ValueError, match="T, C, H, W"):
+        t(torch.rand(3, 32, 32))
+
+
+@pytest.mark.slow
+def test_compiled_video_matches_eager():
+    torch.manual_seed(0)
+    m = video.mc3_18(num_classes=4).eval()
+    x = torch.rand(1, 3, 4, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(ember.core.compile(m)(x), m(x), rtol=1e-4, atol=1e-5)
