@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "(for benchmarks that compare backends: compile)")
     bench.add_argument("--suite", metavar="NAME",
                        help="model suite of `ember bench zoo`: default (our packages' models) "
-                            "or hf (HuggingFace transformers models)")
+                            "hf (HuggingFace transformers models) or vision (ember.vision's "
+                            "registered builders)")
     bench.add_argument("--variants", metavar="LIST",
                        help="opinfo: comma list of float32,float32_grad,bfloat16,int64 "
                             "(default float32)")

@@ -390,13 +390,14 @@ def _run_cases(names, quick, device, rounds, rows, errors, speedups, passed) -> 
     return total
 
 
-SUITES = ("default", "hf")
+SUITES = ("default", "hf", "vision")
 
 
 def run(quick: bool = False, models: str | None = None, suite: str = "default") -> BenchResult:
     """All models (quick: one tiny transformer) x inference/training x float32/AMP.
 
-    ``suite="hf"``: the HuggingFace ``transformers`` models of :mod:`ember.tools.bench.zoo_hf`.
+    ``suite="hf"``: the HuggingFace ``transformers`` models of :mod:`ember.tools.bench.zoo_hf`;
+    ``suite="vision"``: ember.vision's registered builders (:mod:`ember.tools.bench.zoo_vision`).
     """
     if suite not in SUITES:
         raise ValueError(f"unknown zoo suite {suite!r}; known: {', '.join(SUITES)}")
@@ -404,6 +405,10 @@ def run(quick: bool = False, models: str | None = None, suite: str = "default") 
         from ember.tools.bench import zoo_hf
 
         return zoo_hf.run(quick=quick, models=models)
+    if suite == "vision":
+        from ember.tools.bench import zoo_vision
+
+        return zoo_vision.run(quick=quick, models=models)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     names = (models or os.environ.get("EMBER_ZOO_MODELS") or "").split(",")
     names = [n for n in names if n] or list(QUICK_MODELS if quick else MODELS)

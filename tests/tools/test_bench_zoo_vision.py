@@ -1,0 +1,81 @@
+"""`ember bench zoo --suite vision`: the registry-discovered model table, its workloads, and
+a quick end-to-end run on one tiny model (Ember only, as the other zoo tests)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ember.tools import cli
+from ember.tools.bench import registry, zoo, zoo_vision
+from ember.vision import models
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_table_covers_the_registry_less_the_listed_skips():
+    found = zoo_vision.discover()
+    assert set(found) == set(models.list_models())
+    assert set(zoo_vision.SKIPPED) <= set(found)   # every skip names a real builder
+    table = zoo_vision.table()
+    assert set(table) == set(found) - set(zoo_vision.SKIPPED)
+    families = {m.family for m in table.values()}
+    assert {"classification", "segmentation", "video", "detection"} <= families
+    assert table["lraspp_mobilenet_v3_large"].family == "segmentation"
+    assert table["r2plus1d_18"].family == "video"
+    assert table["retinanet_resnet50_fpn"].family == "detection"
+    assert sum(m.family == "classification" for m in table.values()) >= 70
+
+
+@pytest.mark.parametrize("name", ["squeezenet1_1", "lraspp_mobilenet_v3_large", "mc3_18"])
+def test_workloads_run_eagerly_with_their_loss(name):
+    torch.manual_seed(0)
+    work = zoo_vision.table()[name].build(True)
+    out = work.model.train()(*work.args)
+    loss = work.loss(out)
+    assert loss.ndim == 0 and torch.isfinite(loss)
+
+
+def _tiny(quick: bool) -> zoo.Workload:
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                torch.nn.Linear(4, 3))
+    return zoo.Workload(model, (torch.randn(2, 3, 8, 8),), zoo._mean_square)
+
+
+def test_vision_suite_reports_every_mode_and_precision(monkeypatch):
+    monkeypatch.setattr(zoo, "BACKENDS", ("ember",))
+    monkeypatch.setattr(zoo_vision, "table",
+                        lambda: {"tiny": zoo_vision.VisionModel("classification", _tiny)})
+    monkeypatch.setattr(zoo_vision, "QUICK_MODELS", ("tiny",))
+    result = registry.run("zoo", quick=True, suite="vision")
+    assert result.name == "zoo-vision"
+    assert [r[:4] for r in result.rows] == [
+        ["tiny", "classification", mode, precision]
+        for mode in ("inference", "training") for precision in ("float32", "amp")]
+    ok = result.columns.index("ember ok")
+    assert [r[ok] for r in result.rows] == ["yes"] * 4, result.notes
+    assert "ember: 4/4 runs compile and match eager" in result.notes[0]
+    assert any(n.startswith("skipped: regnet_y_128gf") for n in result.notes)
+
+
+def test_vision_suite_names_are_checked_and_reach_the_cli(monkeypatch):
+    with pytest.raises(ValueError, match="skipped"):
+        zoo.run(quick=True, suite="vision", models="vit_h_14")
+    with pytest.raises(ValueError, match="unknown vision zoo model"):
+        zoo.run(quick=True, suite="vision", models="nope")
+    seen = {}
+
+    def fake_run_many(names, quick=False, progress=True, **options):
+        seen.update(options, names=names)
+        return iter([])
+
+    monkeypatch.setattr(registry, "run_many", fake_run_many)
+    assert cli.main(["bench", "zoo", "--suite", "vision", "--quick", "--no-progress"]) == 0
+    assert seen == {"names": ["zoo"], "suite": "vision"}

@@ -1,0 +1,234 @@
+"""`ember bench zoo --suite vision`: ember.vision's model builders under eager, Inductor, Ember.
+
+The models come from the registry (``ember.vision.models.list_models``), so builders added
+later are picked up: every classification builder (small inputs) and the segmentation, video
+and detection builders that exist, less the few listed in :data:`SKIPPED` with their reason.
+Each runs inference and one training step in float32 and AMP (bfloat16 autocast on CPU);
+the measurement (accuracy against eager, compile time, round-robin timing) is the zoo's
+(:mod:`ember.tools.bench.zoo`); this module is the model table and the report.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ember.tools.bench import zoo
+from ember.tools.bench.harness import BenchResult, _report
+
+FAMILIES = ("classification", "segmentation", "video", "detection")
+TASK_PACKAGES = ("segmentation", "video", "detection")   # ember.vision.models.<package>
+
+# too heavy for a shared 2-core CPU even at small inputs: a float64 reference plus three
+# model copies, and minutes of compile per run
+_HUGE = "over 150M parameters (float64 reference + 3 copies: several GB, minutes per compile)"
+SKIPPED = {
+    "regnet_y_128gf": _HUGE, "vit_h_14": _HUGE, "vit_l_16": _HUGE, "vit_l_32": _HUGE,
+    "convnext_large": _HUGE,
+    "s3d": "its minimum clip is 14x224x224 (~3 s per eager forward on one core)",
+}
+# input side per classification builder where the default (32 quick, 64) is too small
+_MIN_SIDE = {"inception_v3": 80, "maxvit_t": 224, "alexnet": 64, "squeezenet1_0": 64,
+             "squeezenet1_1": 64, "googlenet": 64}
+QUICK_MODELS = ("squeezenet1_1",)
+NUM_CLASSES = 5
+
+
+@dataclass
+class VisionModel:
+    family: str
+    build: Callable[[bool], zoo.Workload]
+
+
+def _classifier(name: str) -> Callable[[bool], zoo.Workload]:
+    def build(quick: bool) -> zoo.Workload:
+        from ember.vision import models
+
+        side = max(32 if quick else 64, _MIN_SIDE.get(name, 0))
+        kwargs = {"num_classes": NUM_CLASSES}
+        if name.startswith("vit_"):
+            kwargs["image_size"] = side
+        model = models.get_model(name, **kwargs)
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(2, 3, side, side, generator=g)
+        y = torch.arange(2) % NUM_CLASSES
+
+        def loss(out):
+            out = out[0] if isinstance(out, tuple) else out   # googlenet / inception train
+            return F.cross_entropy(out.float(), y.to(out.device))
+        return zoo.Workload(model, (x,), loss)
+    return build
+
+
+def _segmenter(name: str) -> Callable[[bool], zoo.Workload]:
+    def build(quick: bool) -> zoo.Workload:
+        from ember.vision import models
+
+        side = 32 if quick else 64
+        model = models.get_model(name, num_classes=NUM_CLASSES)
+        x = torch.randn(2, 3, side, side, generator=torch.Generator().manual_seed(0))
+        return zoo.Workload(model, (x,), zoo._mean_square)
+    return build
+
+
+def _video(name: str) -> Callable[[bool], zoo.Workload]:
+    def build(quick: bool) -> zoo.Workload:
+        from ember.vision import models
+
+        side = 32 if quick else 48
+        model = models.get_model(name, num_classes=NUM_CLASSES)
+        x = torch.randn(2, 3, 4, side, side, generator=torch.Generator().manual_seed(0))
+        y = torch.arange(2) % NUM_CLASSES
+        return zoo.Workload(model, (x,),
+                            lambda out: F.cross_entropy(out.float(), y.to(out.device)))
+    return build
+
+
+def _detector_kwargs(side: int) -> list[dict]:
+    """Keyword sets to try, first that builds wins: small fixed-size inputs and a zero score
+    threshold (untrained heads still detect) in the spellings of each detector family."""
+    small = {"min_size": side, "max_size": side}
+    return [{**small, "score_thresh": 0.0, "detections_per_img": 20},        # one-stage
+            {**small, "box_score_thresh": 0.0, "box_detections_per_img": 20},  # R-CNNs
+            {"score_thresh": 0.0, "detections_per_img": 20}]                  # SSD: fixed size
+
+
+def _detector(name: str) -> Callable[[bool], zoo.Workload]:
+    def build(quick: bool) -> zoo.Workload:
+        from ember.vision import models
+
+        side = 64 if quick else 128
+        for kwargs in _detector_kwargs(side):
+            try:
+                model = models.get_model(name, num_classes=NUM_CLASSES, **kwargs)
+                break
+            except TypeError:   # keywords this detector's class does not take
+                continue
+        else:
+            model = models.get_model(name, num_classes=NUM_CLASSES)   # raises its error
+        g = torch.Generator().manual_seed(0)
+        images = [torch.rand(3, side, side, generator=g) for _ in range(2)]
+        box = torch.tensor([[4.0, 6.0, side / 2, side / 2 + 3]])
+        targets = []
+        for _ in images:
+            t = {"boxes": box.clone(), "labels": torch.tensor([1])}
+            if "mask" in name:
+                mask = torch.zeros(1, side, side, dtype=torch.uint8)
+                mask[:, 6:side // 2 + 3, 4:side // 2] = 1
+                t["masks"] = mask
+            if "keypoint" in name:
+                t["keypoints"] = torch.tensor([[[8.0, 10.0, 1.0]] * 17])
+            targets.append(t)
+        return zoo.Workload(model, (images,), lambda out: sum(out.values()),
+                            train_args=(images, targets))
+    return build
+
+
+_MAKERS = {"classification": _classifier, "segmentation": _segmenter, "video": _video,
+           "detection": _detector}
+
+
+def discover() -> dict[str, str]:
+    """Every registered ember.vision builder -> its family (task packages by module; the
+    flat ``ember.vision.models.retinanet`` is detection)."""
+    from ember.vision import models
+
+    family = dict.fromkeys(models.list_models(), "classification")
+    for package in TASK_PACKAGES:
+        try:
+            module = importlib.import_module(f"ember.vision.models.{package}")
+        except ImportError:   # not written yet
+            continue
+        family.update(dict.fromkeys(models.list_models(module=module), package))
+    family.update(dict.fromkeys(models.list_models(module="ember.vision.models.retinanet"),
+                                "detection"))
+    return family
+
+
+def table() -> dict[str, VisionModel]:
+    """The suite's models (registry order by family), less :data:`SKIPPED`."""
+    found = discover()
+    return {name: VisionModel(fam, _MAKERS[fam](name))
+            for fam in FAMILIES for name in sorted(found)
+            if found[name] == fam and name not in SKIPPED}
+
+
+def run(quick: bool = False, models: str | None = None) -> BenchResult:
+    """Every vision model (quick: one) x inference/training x float32/AMP."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    available = table()
+    names = (models or os.environ.get("EMBER_ZOO_MODELS") or "").split(",")
+    names = [n for n in names if n] or list(QUICK_MODELS if quick else available)
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        skipped = {n: SKIPPED[n] for n in unknown if n in SKIPPED}
+        raise ValueError(f"unknown vision zoo model(s) {unknown}"
+                         + (f" (skipped: {skipped})" if skipped else "")
+                         + f"; known: {list(available)}")
+    rounds = 3 if quick else 5
+    backends = zoo.BACKENDS
+    columns = ["model", "family", "mode", "precision", "eager ms"]
+    for b in backends:
+        columns += [f"{b} ok", f"{b} speedup", f"{b} compile s"]
+    both = "inductor" in backends and "ember" in backends
+    if both:
+        columns.append("ember vs inductor speedup")
+    columns += ["ember graph breaks", "ember eager ops"]
+    rows, errors = [], []
+    speedups: dict[tuple[str, str, str], list[float]] = {}
+    passed = dict.fromkeys(backends, 0)
+    total = 0
+    with zoo._fresh_caches():
+        for name in names:
+            for mode in zoo.MODES:
+                for precision in zoo.PRECISIONS:
+                    _report(f"vision {name} {mode} {precision}")
+                    res = zoo._case(available[name].build, quick, mode, precision, device,
+                                    rounds)
+                    total += 1
+                    eager_t = res["eager"].get("time")
+                    label = f"{name} {mode} {precision}"
+                    row = [name, available[name].family, mode, precision,
+                           eager_t * 1e3 if eager_t else "error"]
+                    cells, times = zoo.backend_cells(res, backends, eager_t, label, errors,
+                                                     passed)
+                    for b, t in times.items():
+                        speedups.setdefault((b, mode, precision), []).append(eager_t / t)
+                    row += cells
+                    if both:
+                        row.append(times["inductor"] / times["ember"] if len(times) == 2
+                                   else "-")
+                    ember = res.get("ember", {})
+                    row += [ember.get("graph_breaks", "-"),
+                            " ".join(ember.get("eager_ops", [])) or "none"]
+                    rows.append(row)
+    notes = []
+    for b in backends:
+        def g(mode, precision, b=b):
+            return speedups.get((b, mode, precision), [])
+        notes.append(
+            f"{b}: {passed[b]}/{total} runs compile and match eager; inference geomean "
+            f"AMP {zoo._geomean(g('inference', 'amp')):.2f}x, float32 "
+            f"{zoo._geomean(g('inference', 'float32')):.2f}x, headline 0.75 x AMP + 0.25 x "
+            f"float32 = {zoo.headline(g('inference', 'amp'), g('inference', 'float32')):.2f}x; "
+            f"training step geomean AMP {zoo._geomean(g('training', 'amp')):.2f}x, float32 "
+            f"{zoo._geomean(g('training', 'float32')):.2f}x")
+    notes.append(f"device {device}; AMP = torch.autocast({device!r}, bfloat16 on CPU); "
+                 "accuracy and timing rules of the default zoo (tolerances "
+                 + ", ".join(f"{p} {m} {t:g}" for (p, m), t in zoo.TOLERANCE.items()) + ")")
+    notes.append("inputs: classification 2x3x64x64 (32 quick; inception 80, maxvit 224, vit "
+                 "built at that size), segmentation 2x3x64x64 (loss: mean square of the "
+                 "outputs), video 2x3x4x48x48, detection 2 images 128x128 (64 quick) with one "
+                 f"box each, score threshold 0; {NUM_CLASSES} classes; random weights")
+    notes.append("models: " + ", ".join(names)
+                 + ("" if quick or set(names) == set(available) else " (a subset)"))
+    notes.append("skipped: " + "; ".join(f"{n} ({why})" for n, why in SKIPPED.items()))
+    notes += [f"error: {e}" for e in errors]
+    title = ("Vision model zoo (ember.vision.models): eager vs Inductor vs Ember, inference and "
+             f"a training step, float32 and AMP ({'quick' if quick else 'small inputs'})")
+    return BenchResult("zoo-vision", title, columns, rows, notes)
