@@ -180,6 +180,6 @@ __all__ += ["Weights", "WeightsEnum", "ImageClassification", "get_weight", "get_
 del _model, _enum
 
 # task packages, as torchvision.models.segmentation etc. (their builders register on import)
-from ember.vision.models import segmentation, video  # noqa: E402
+from ember.vision.models import detection, segmentation, video  # noqa: E402
 
-__all__ += ["segmentation", "video"]
+__all__ += ["detection", "segmentation", "video"]

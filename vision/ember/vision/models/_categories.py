@@ -1,4 +1,5 @@
-"""Category names of the VOC, COCO and Kinetics-400 label sets, in torchvision's order."""
+"""Category names of the VOC, COCO (and COCO person keypoints) and Kinetics-400 label sets,
+in torchvision's order."""
 
 # 21 Pascal VOC labels (index 0: background), the segmentation weights' categories
 VOC_CATEGORIES = (
@@ -20,6 +21,14 @@ COCO_CATEGORIES = (
     "dining table", "N/A", "N/A", "toilet", "N/A", "tv", "laptop", "mouse", "remote",
     "keyboard", "cell phone", "microwave", "oven", "toaster", "sink", "refrigerator", "N/A",
     "book", "clock", "vase", "scissors", "teddy bear", "hair drier", "toothbrush",
+)
+
+# Keypoint R-CNN's person-only labels and its 17 COCO keypoints
+COCO_PERSON_CATEGORIES = ("no person", "person")
+COCO_PERSON_KEYPOINT_NAMES = (
+    "nose", "left_eye", "right_eye", "left_ear", "right_ear", "left_shoulder",
+    "right_shoulder", "left_elbow", "right_elbow", "left_wrist", "right_wrist", "left_hip",
+    "right_hip", "left_knee", "right_knee", "left_ankle", "right_ankle",
 )
 
 # 400 Kinetics action labels, the video classification weights' categories
