@@ -13,10 +13,14 @@ import ember.core
 from ember.audio.models import (
     RNNT,
     Emformer,
+    HDemucs,
     RNNTBeamSearch,
     Tacotron2,
     emformer_rnnt_base,
     emformer_rnnt_model,
+    hdemucs_high,
+    hdemucs_low,
+    hdemucs_medium,
 )
 
 torch.set_num_threads(1)
@@ -222,6 +226,51 @@ def test_tacotron2_bad_input():
         Tacotron2(encoder_kernel_size=4)
 
 
+# ------------------------------------------------------------------ HDemucs
+
+MUSDB = ["drums", "bass", "other", "vocals"]
+
+
+@pytest.mark.parametrize("build, expected", [
+    (hdemucs_low, 20_040_296), (hdemucs_medium, 78_908_488), (hdemucs_high, 83_639_368)])
+def test_hdemucs_builder_parameter_counts(build, expected):
+    # torchaudio 2.9's builders with the four MUSDB sources report these counts
+    assert n_params(on_meta(lambda: build(MUSDB))) == expected
+
+
+def small_hdemucs(**kw) -> HDemucs:
+    torch.manual_seed(0)
+    config = dict(audio_channels=2, channels=8, nfft=64, depth=4, norm_starts=2,
+                  dconv_comp=2, dconv_lstm=1, dconv_attn=1)
+    return HDemucs(["drums", "bass"], **{**config, **kw}).eval()
+
+
+def test_hdemucs_shapes_scale_and_batch_independence():
+    model = small_hdemucs()
+    x = torch.randn(2, 2, 1000)
+    with torch.no_grad():
+        out = model(x)
+        assert out.shape == (2, 2, 2, 1000)
+        # inputs are normalised and outputs rescaled, so separation commutes with gain
+        torch.testing.assert_close(model(3 * x), 3 * out, rtol=1e-3, atol=1e-4)
+        # GroupNorm and the statistics are per item: a batch separates as its items
+        torch.testing.assert_close(model(x[1:]), out[1:], rtol=1e-4, atol=1e-5)
+        mono = small_hdemucs(audio_channels=1)
+        assert mono(torch.randn(1, 1, 333)).shape == (1, 2, 1, 333)
+
+
+def test_hdemucs_bad_input():
+    model = small_hdemucs()
+    with pytest.raises(ValueError, match="audio_channels"):
+        model(torch.randn(1, 1, 1000))
+    with pytest.raises(ValueError, match="audio_channels"):
+        model(torch.randn(2, 1000))
+    with pytest.raises(ValueError, match="sources"):
+        HDemucs([])
+    with pytest.raises(ValueError, match="nfft"):
+        HDemucs(MUSDB, nfft=1022)
+
+
 @pytest.mark.slow
 def test_compiled_emformer_matches_eager():
     torch.manual_seed(0)
@@ -231,4 +280,14 @@ def test_compiled_emformer_matches_eager():
     with torch.no_grad():
         expected, _ = model(x, lengths)
         got, _ = ember.core.compile(model)(x, lengths)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_compiled_hdemucs_matches_eager():
+    model = small_hdemucs()
+    x = torch.randn(1, 2, 1024)
+    with torch.no_grad():
+        expected = model(x)
+        got = ember.core.compile(model)(x)
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)

@@ -217,3 +217,32 @@ def test_tacotron2_infer(gate_threshold, n_frames_per_step):
 def test_tacotron2_default_structure():
     same_structure_on_meta(lambda M: M.Tacotron2())
     same_structure_on_meta(lambda M: M.Tacotron2(n_symbol=96, n_frames_per_step=3))
+
+
+# ------------------------------------------------------------------ HDemucs
+
+# nfft 64: one strided frequency layer, the merging layer, then two time-only layers; the
+# BLSTM and local attention run from layer 1, where 4096 samples give 256 frames (> the BLSTM's
+# 200-step window, so its overlapping windows run too)
+HDEMUCS_SMALL = dict(audio_channels=2, channels=8, nfft=64, depth=4, norm_starts=2,
+                     dconv_comp=2, dconv_lstm=1, dconv_attn=1)
+
+
+@pytest.mark.parametrize("frames", [4096, 4000, 300])
+def test_hdemucs_separates_identically(frames):
+    ours, theirs = twin(lambda M: M.HDemucs(["drums", "bass"], **HDEMUCS_SMALL))
+    mixture = rand(2, 2, frames, seed=7)
+    with torch.no_grad():
+        close(ours(mixture), theirs(mixture), rtol=1e-5, atol=1e-5)
+
+
+test_hdemucs_separates_identically.compares = ("models:HDemucs",)
+
+
+@pytest.mark.parametrize("name", ["hdemucs_low", "hdemucs_medium", "hdemucs_high"])
+def test_hdemucs_builders_structure(name):
+    same_structure_on_meta(lambda M: getattr(M, name)(["drums", "bass", "other", "vocals"]))
+
+
+test_hdemucs_builders_structure.compares = ("models:hdemucs_low", "models:hdemucs_medium",
+                                            "models:hdemucs_high")

@@ -4,12 +4,13 @@ from ember.audio.models.conformer import Conformer
 from ember.audio.models.conv_tasnet import ConvTasNet
 from ember.audio.models.deepspeech import DeepSpeech
 from ember.audio.models.emformer import Emformer
+from ember.audio.models.hdemucs import HDemucs, hdemucs_high, hdemucs_low, hdemucs_medium
 from ember.audio.models.rnnt import RNNT, emformer_rnnt_base, emformer_rnnt_model
 from ember.audio.models.rnnt_decoder import Hypothesis, RNNTBeamSearch
 from ember.audio.models.tacotron2 import Tacotron2
 from ember.audio.models.wav2letter import Wav2Letter
 from ember.audio.models.wavernn import WaveRNN
 
-__all__ = ["Conformer", "ConvTasNet", "DeepSpeech", "Emformer", "Hypothesis", "RNNT",
-           "RNNTBeamSearch", "emformer_rnnt_base", "emformer_rnnt_model", "Tacotron2",
-           "Wav2Letter", "WaveRNN"]
+__all__ = ["Conformer", "ConvTasNet", "DeepSpeech", "Emformer", "HDemucs", "Hypothesis", "RNNT",
+           "RNNTBeamSearch", "Tacotron2", "Wav2Letter", "WaveRNN", "emformer_rnnt_base",
+           "emformer_rnnt_model", "hdemucs_high", "hdemucs_low", "hdemucs_medium"]
