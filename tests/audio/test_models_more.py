@@ -15,12 +15,18 @@ from ember.audio.models import (
     Emformer,
     HDemucs,
     RNNTBeamSearch,
+    SquimObjective,
+    SquimSubjective,
     Tacotron2,
     emformer_rnnt_base,
     emformer_rnnt_model,
     hdemucs_high,
     hdemucs_low,
     hdemucs_medium,
+    squim_objective_base,
+    squim_objective_model,
+    squim_subjective_base,
+    squim_subjective_model,
 )
 
 torch.set_num_threads(1)
@@ -271,6 +277,68 @@ def test_hdemucs_bad_input():
         HDemucs(MUSDB, nfft=1022)
 
 
+# ------------------------------------------------------------------ Squim
+
+def test_squim_builder_parameter_counts():
+    # torchaudio 2.9's squim_objective_base() and squim_subjective_base() (wav2vec2_base inside)
+    assert n_params(on_meta(squim_objective_base)) == 7_387_658
+    subjective = on_meta(squim_subjective_base)
+    ssl = n_params(subjective.ssl_model)
+    assert ssl == 94_370_944                               # wav2vec2_base()
+    assert n_params(subjective) - ssl == linear(768, 32) + linear(64, 1) + linear(64, 5)
+    assert n_params(subjective) == 94_395_942
+
+
+def small_squim_objective() -> SquimObjective:
+    torch.manual_seed(0)
+    return squim_objective_model(feat_dim=16, win_len=8, d_model=16, nhead=2, hidden_dim=12,
+                                 num_blocks=1, rnn_type="LSTM", chunk_size=7).eval()
+
+
+def test_squim_objective_scores_and_ranges():
+    model = small_squim_objective()
+    speech = torch.randn(3, 500)
+    with torch.no_grad():
+        stoi, pesq, si_sdr = model(speech)
+        assert stoi.shape == pesq.shape == si_sdr.shape == (3,)
+        assert ((stoi > 0) & (stoi < 1)).all()
+        assert ((pesq > 1.0) & (pesq < 4.65)).all()        # the wide-band PESQ range
+        # speech is RMS-normalised first: the scores ignore the gain
+        for a, b in zip(model(0.01 * speech), (stoi, pesq, si_sdr)):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="batch, time"):
+        model(speech[0])
+    with pytest.raises(ValueError, match="rnn_type"):
+        squim_objective_model(16, 8, 16, 2, 12, 1, "Transformer", 7)
+
+
+def test_squim_subjective_reference_alignment_and_errors():
+    from ember.audio.models.squim.subjective import Predictor
+    from ember.audio.models.wav2vec2 import wav2vec2_model
+
+    torch.manual_seed(0)
+    ssl = wav2vec2_model(
+        extractor_mode="group_norm", extractor_conv_layer_config=[(8, 10, 5), (8, 3, 2)],
+        extractor_conv_bias=False, encoder_embed_dim=16, encoder_projection_dropout=0.0,
+        encoder_pos_conv_kernel=4, encoder_pos_conv_groups=2, encoder_num_layers=1,
+        encoder_num_heads=2, encoder_attention_dropout=0.0, encoder_ff_interm_features=24,
+        encoder_ff_interm_dropout=0.0, encoder_dropout=0.0, encoder_layer_norm_first=False,
+        encoder_layer_drop=0.0, aux_num_out=None)
+    model = SquimSubjective(ssl, nn.Linear(16, 6), Predictor(12, 5)).eval()
+    speech, reference = torch.randn(2, 700), torch.randn(2, 300)
+    with torch.no_grad():
+        mos = model(speech, reference)
+        assert mos.shape == (2,) and ((mos >= 1) & (mos <= 5)).all()
+        # a short reference is repeated up to the speech's length, a long one cut
+        torch.testing.assert_close(model(speech, reference.repeat(1, 3)[:, :700]), mos)
+        torch.testing.assert_close(model(speech, torch.cat([reference.repeat(1, 3),
+                                                             reference], 1)), mos)
+    with pytest.raises(ValueError, match="batch"):
+        model(speech, reference[:1])
+    with pytest.raises(ValueError, match="ssl_type"):
+        squim_subjective_model("resnet50", 768, 32, 5)
+
+
 @pytest.mark.slow
 def test_compiled_emformer_matches_eager():
     torch.manual_seed(0)
@@ -279,7 +347,7 @@ def test_compiled_emformer_matches_eager():
     x, lengths = torch.randn(2, 14, 16), torch.tensor([12, 9])
     with torch.no_grad():
         expected, _ = model(x, lengths)
-        got, _ = ember.core.compile(model)(x, lengths)
+        got, _ = ember.core.compile(model, dynamic=False)(x, lengths)
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
 
 
@@ -289,5 +357,5 @@ def test_compiled_hdemucs_matches_eager():
     x = torch.randn(1, 2, 1024)
     with torch.no_grad():
         expected = model(x)
-        got = ember.core.compile(model)(x)
+        got = ember.core.compile(model, dynamic=False)(x)
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)

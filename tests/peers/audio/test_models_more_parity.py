@@ -246,3 +246,63 @@ def test_hdemucs_builders_structure(name):
 
 test_hdemucs_builders_structure.compares = ("models:hdemucs_low", "models:hdemucs_medium",
                                             "models:hdemucs_high")
+
+
+# ------------------------------------------------------------------ Squim
+
+@pytest.mark.parametrize("rnn_type", ["LSTM", "GRU"])
+def test_squim_objective_scores(rnn_type):
+    ours, theirs = twin(lambda M: M.squim_objective_model(
+        feat_dim=16, win_len=8, d_model=16, nhead=2, hidden_dim=12, num_blocks=2,
+        rnn_type=rnn_type, chunk_size=7))
+    for frames in (400, 333):    # chunking pads differently
+        speech = rand(2, frames, seed=8)
+        with torch.no_grad():
+            close(ours(speech), theirs(speech))
+
+
+test_squim_objective_scores.compares = ("models:SquimObjective", "models:squim_objective_model")
+
+
+TINY_WAV2VEC2 = dict(
+    extractor_mode="group_norm", extractor_conv_layer_config=[(8, 10, 5), (8, 3, 2)],
+    extractor_conv_bias=False, encoder_embed_dim=16, encoder_projection_dropout=0.0,
+    encoder_pos_conv_kernel=4, encoder_pos_conv_groups=2, encoder_num_layers=2,
+    encoder_num_heads=2, encoder_attention_dropout=0.0, encoder_ff_interm_features=24,
+    encoder_ff_interm_dropout=0.0, encoder_dropout=0.0, encoder_layer_norm_first=False,
+    encoder_layer_drop=0.0, aux_num_out=None)
+
+
+def test_squim_subjective_scores():
+    from torchaudio.models.squim.subjective import Predictor as TheirPredictor
+
+    from ember.audio.models.squim.subjective import Predictor
+    from ember.audio.models.wav2vec2 import wav2vec2_model
+
+    def build(M):
+        if M is TAM:
+            ssl, predictor = TAM.wav2vec2_model(**TINY_WAV2VEC2), TheirPredictor(12, 5)
+        else:
+            ssl, predictor = wav2vec2_model(**TINY_WAV2VEC2), Predictor(12, 5)
+        return M.SquimSubjective(ssl, torch.nn.Linear(16, 6), predictor)
+
+    ours, theirs = twin(build)
+    speech = rand(2, 800, seed=9)
+    for reference in (rand(2, 300, seed=10), rand(2, 1000, seed=11)):  # repeated, then cut
+        with torch.no_grad():
+            close(ours(speech, reference), theirs(speech, reference))
+
+
+test_squim_subjective_scores.compares = ("models:SquimSubjective",)
+
+
+def test_squim_builders_structure():
+    same_structure_on_meta(lambda M: M.squim_objective_base())
+    same_structure_on_meta(lambda M: M.squim_subjective_base())
+    same_structure_on_meta(lambda M: M.squim_subjective_model(
+        ssl_type="wavlm_base", feat_dim=768, proj_dim=16, att_dim=3))
+
+
+test_squim_builders_structure.compares = ("models:squim_objective_base",
+                                          "models:squim_subjective_base",
+                                          "models:squim_subjective_model")

@@ -7,10 +7,20 @@ from ember.audio.models.emformer import Emformer
 from ember.audio.models.hdemucs import HDemucs, hdemucs_high, hdemucs_low, hdemucs_medium
 from ember.audio.models.rnnt import RNNT, emformer_rnnt_base, emformer_rnnt_model
 from ember.audio.models.rnnt_decoder import Hypothesis, RNNTBeamSearch
+from ember.audio.models.squim import (
+    SquimObjective,
+    SquimSubjective,
+    squim_objective_base,
+    squim_objective_model,
+    squim_subjective_base,
+    squim_subjective_model,
+)
 from ember.audio.models.tacotron2 import Tacotron2
 from ember.audio.models.wav2letter import Wav2Letter
 from ember.audio.models.wavernn import WaveRNN
 
 __all__ = ["Conformer", "ConvTasNet", "DeepSpeech", "Emformer", "HDemucs", "Hypothesis", "RNNT",
-           "RNNTBeamSearch", "Tacotron2", "Wav2Letter", "WaveRNN", "emformer_rnnt_base",
-           "emformer_rnnt_model", "hdemucs_high", "hdemucs_low", "hdemucs_medium"]
+           "RNNTBeamSearch", "SquimObjective", "SquimSubjective", "Tacotron2", "Wav2Letter",
+           "WaveRNN", "emformer_rnnt_base", "emformer_rnnt_model", "hdemucs_high", "hdemucs_low",
+           "hdemucs_medium", "squim_objective_base", "squim_objective_model",
+           "squim_subjective_base", "squim_subjective_model"]
