@@ -5,6 +5,8 @@
 - Resample 44.1 kHz -> 16 kHz of 10 s clips: one batched call vs librosa.resample on the
   same array, with its default res_type (soxr_hq) and with 'polyphase' (scipy's FIR).
 - ember.audio.load vs soundfile.read on the same WAV files (decode overhead).
+- lfilter (biquad, 6th-order) vs scipy and torchaudio with accuracy, kaldi fbank vs
+  torchaudio (audio_filters), Wav2Vec2 Base eager vs Inductor vs Ember (audio_wav2vec2).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import torch
 from ember.audio import load
 from ember.audio import transforms as T
 from ember.core.parallel import spare_cores
+from ember.tools.bench.audio_filters import fbank_rows, lfilter_rows
+from ember.tools.bench.audio_wav2vec2 import wav2vec2_rows
 from ember.tools.bench.harness import BenchResult, compare_timings
 
 
@@ -138,28 +142,43 @@ def _load_rows(n: int, seconds: float, rounds: int) -> tuple[list[list], str]:
     return rows, f"load overhead vs soundfile.read: {overhead * 100:+.1f}%"
 
 
-def run(quick: bool = False) -> BenchResult:
+def run(quick: bool = False, backends: str | None = None,
+        rounds: int | None = None) -> BenchResult:
+    """``backends``: the torch.compile backends of the Wav2Vec2 rows, comma-separated
+    (default inductor,ember; quick runs default to ember alone, Inductor's cold compile
+    would dominate them); ``rounds``: timed rounds per task (default 2 quick, 5 full)."""
     import librosa
 
-    rounds = 2 if quick else 5
+    if rounds is not None and rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    rounds = rounds or (2 if quick else 5)
     mel_n, mel_s = (4, 1.0) if quick else (64, 10.0)
     rs_n, rs_s = (2, 1.0) if quick else (8, 10.0)
     ld_n, ld_s = (4, 0.5) if quick else (32, 10.0)
     load_avg = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
     result = BenchResult(
         "audio",
-        f"ember.audio vs librosa / soundfile, milliseconds per call (median of {rounds} "
-        f"round-robin rounds); ratio = peer time / ember time",
+        f"ember.audio vs librosa / soundfile / scipy / torchaudio, and Wav2Vec2 under "
+        f"compilers, milliseconds per call (median of {rounds} round-robin rounds); "
+        f"speed-up = the task's reference time / the row's time",
         ["task", "candidate", "ms", "speed-up", "target"])
     settle = 0.0 if quick else SETTLE
+    lf_n, lf_s = (2, 0.1) if quick else (64, 10.0)
+    fb_n, fb_s = (1, 0.25) if quick else (8, 10.0)
+    w2v_n, w2v_s = (2, 0.2) if quick else (4, 5.0)
+    compilers = (backends or ("ember" if quick else "inductor,ember")).split(",")
     tasks = (lambda: _mel_rows(librosa, mel_n, mel_s, rounds, settle),
              lambda: _resample_rows(librosa, rs_n, rs_s, rounds, settle),
-             lambda: _load_rows(ld_n, ld_s, rounds))
+             lambda: _load_rows(ld_n, ld_s, rounds),
+             lambda: lfilter_rows(_clips(lf_n, lf_s, SR, seed=3), rounds, settle),
+             lambda: fbank_rows(_clips(fb_n, fb_s, SR, seed=4), rounds, settle),
+             lambda: wav2vec2_rows(w2v_n, w2v_s, rounds, quick=quick,
+                                   backends=tuple(compilers)))
     for task in tasks:
         gc.collect()  # the previous task's garbage is not collected on the next one's time
-        rows, note = task()
+        rows, notes = task()
         result.rows += rows
-        result.notes.append(note)
+        result.notes += [notes] if isinstance(notes, str) else notes
     result.notes.append(f"torch threads: {torch.get_num_threads()}; ember's CPU MelSpectrogram "
                         f"and Resample split the batch into cache-sized units run by up to that "
                         f"many threads with one intra-op thread each (no OpenMP team per op), "
