@@ -271,6 +271,8 @@ def test_hdemucs_bad_input():
         model(torch.randn(1, 1, 1000))
     with pytest.raises(ValueError, match="audio_channels"):
         model(torch.randn(2, 1000))
+    with pytest.raises(ValueError, match="too short"):
+        model(torch.randn(1, 2, 20))
     with pytest.raises(ValueError, match="sources"):
         HDemucs([])
     with pytest.raises(ValueError, match="nfft"):

@@ -129,13 +129,15 @@ class HDemucs(nn.Module):
 
     def _spec(self, x: Tensor) -> Tensor:
         """STFT frames aligned with the time branch: ``ceil(T / hop)`` frames, nfft/2 bins."""
-        hl = self.hop_length
-        frames = math.ceil(x.shape[-1] / hl)
+        hl, length = self.hop_length, x.shape[-1]
+        frames = math.ceil(length / hl)
         pad = hl // 2 * 3
-        right = pad + frames * hl - x.shape[-1]
-        if x.shape[-1] <= max(pad, right):   # reflect padding needs a longer signal
-            x = F.pad(x, (0, max(pad, right) - x.shape[-1] + 1))
+        right = pad + frames * hl - length
+        if length <= max(pad, right):   # reflect padding needs a longer signal
+            x = F.pad(x, (0, max(pad, right) - length + 1))
         z = _stft(F.pad(x, (pad, right), mode="reflect"), self.nfft, hl)[..., :-1, :]
+        if z.shape[-1] != frames + 4:
+            raise ValueError(f"input of {length} frames is too short for nfft={self.nfft}")
         return z[..., 2: 2 + frames]
 
     def _ispec(self, z: Tensor, length: int) -> Tensor:
