@@ -107,7 +107,7 @@ def _(boxes, scores, iou_threshold):
     order = torch.argsort(scores, descending=True, stable=True)
     # IoUs in the boxes' precision (float32 unless float64), as torchvision's kernel
     dtype = torch.float64 if boxes.dtype == torch.float64 else torch.float32
-    b = boxes[order].to(dtype).numpy()
+    b = boxes.detach()[order].to(dtype).numpy()
     x1, y1, x2, y2 = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
     areas = (x2 - x1) * (y2 - y1)
     removed = np.zeros(b.shape[0], dtype=bool)
