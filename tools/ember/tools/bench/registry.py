@@ -20,7 +20,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "attention-gpu": ("ember.tools.bench.attention_gpu:run",
                       "Triton FlashAttention-2 vs torch's flash backend on CUDA (TFLOP/s)"),
     "transforms": ("ember.tools.bench.transforms:run", "batched transforms vs per-sample Pillow"),
-    "audio": ("ember.tools.bench.audio:run", "MelSpectrogram, Resample, load vs librosa"),
+    "audio": ("ember.tools.bench.audio:run", "MelSpectrogram, Resample, load vs librosa; "
+              "lfilter, fbank vs scipy/torchaudio; Wav2Vec2 under compilers"),
     "data": ("ember.tools.bench.data:run", "DataLoader2 vs torch DataLoader, torchdata.nodes"),
     "arrow": ("ember.tools.bench.arrow:run", "DataFrame ops vs pandas and polars"),
     "zoo": ("ember.tools.bench.zoo:run",
