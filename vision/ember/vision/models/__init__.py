@@ -26,8 +26,7 @@ from ember.vision.models import (
 )
 from ember.vision.models._registry import get_model, list_models, load_weights, register_model
 from ember.vision.models._weights import (
-    MODEL_WEIGHTS,
-    WEIGHTS_ENUMS,
+    CLASSIFICATION_WEIGHTS,
     ImageClassification,
     Weights,
     WeightsEnum,
@@ -172,11 +171,11 @@ __all__ = [
 
 # the classification ``*_Weights`` enums, here and in their builders' modules, as in
 # torchvision (the task packages below define and export their own)
-globals().update(WEIGHTS_ENUMS)
-for _model, _enum in MODEL_WEIGHTS.items():
+for _model, _enum in CLASSIFICATION_WEIGHTS.items():
+    globals()[_enum.__name__] = _enum
     setattr(__import__(globals()[_model].__module__, fromlist=["_"]), _enum.__name__, _enum)
 __all__ += ["Weights", "WeightsEnum", "ImageClassification", "get_weight", "get_model_weights",
-            *WEIGHTS_ENUMS]
+            *(e.__name__ for e in CLASSIFICATION_WEIGHTS.values())]
 del _model, _enum
 
 # task packages, as torchvision.models.segmentation etc. (their builders register on import)

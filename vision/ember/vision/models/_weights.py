@@ -387,6 +387,8 @@ def _build() -> None:
 
 _build()
 globals().update(WEIGHTS_ENUMS)
+# the classification enums (the table above); task packages register theirs later
+CLASSIFICATION_WEIGHTS: dict[str, type[WeightsEnum]] = dict(MODEL_WEIGHTS)
 
 
 def add_weights_enum(model: str, enum_name: str, entries: Sequence[tuple[str, Weights]],

@@ -12,6 +12,7 @@ from ember.vision.models.detection.faster_rcnn import (
     fasterrcnn_resnet50_fpn,
     fasterrcnn_resnet50_fpn_v2,
 )
+from ember.vision.models.detection.fcos import FCOS, FCOS_ResNet50_FPN_Weights, fcos_resnet50_fpn
 from ember.vision.models.detection.keypoint_rcnn import (
     KeypointRCNN,
     KeypointRCNN_ResNet50_FPN_Weights,
@@ -24,6 +25,13 @@ from ember.vision.models.detection.mask_rcnn import (
     maskrcnn_resnet50_fpn,
     maskrcnn_resnet50_fpn_v2,
 )
+from ember.vision.models.detection.retinanet import (
+    RetinaNet,
+    RetinaNet_ResNet50_FPN_V2_Weights,
+    RetinaNet_ResNet50_FPN_Weights,
+    retinanet_resnet50_fpn,
+    retinanet_resnet50_fpn_v2,
+)
 
 __all__ = [
     "FasterRCNN", "fasterrcnn_resnet50_fpn", "fasterrcnn_resnet50_fpn_v2",
@@ -33,4 +41,7 @@ __all__ = [
     "MaskRCNN", "maskrcnn_resnet50_fpn", "maskrcnn_resnet50_fpn_v2",
     "MaskRCNN_ResNet50_FPN_Weights", "MaskRCNN_ResNet50_FPN_V2_Weights",
     "KeypointRCNN", "keypointrcnn_resnet50_fpn", "KeypointRCNN_ResNet50_FPN_Weights",
+    "FCOS", "fcos_resnet50_fpn", "FCOS_ResNet50_FPN_Weights",
+    "RetinaNet", "retinanet_resnet50_fpn", "retinanet_resnet50_fpn_v2",
+    "RetinaNet_ResNet50_FPN_Weights", "RetinaNet_ResNet50_FPN_V2_Weights",
 ]
