@@ -50,3 +50,14 @@ def test_filter_bank_and_short_signals():
     native, ops = _both(x, a, b, batching=False)
     assert native.shape == (3, 2, 50)
     torch.testing.assert_close(native, ops)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_orders_above_the_unrolled_ones(dtype):
+    torch.manual_seed(2)
+    a = torch.zeros(11, dtype=dtype)
+    a[0], a[1], a[10] = 1.0, -0.3, 0.4
+    b = torch.linspace(1.0, 0.1, 11, dtype=dtype)
+    native, ops = _both(torch.randn(2, 3, 400, dtype=dtype), a, b, clamp=False)
+    tol = 1e-10 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(native, ops, rtol=tol, atol=tol * ops.abs().max().item())

@@ -136,9 +136,9 @@ def lfilter(waveform: Tensor, a_coeffs: Tensor, b_coeffs: Tensor, clamp: bool = 
     a0 = a[:, :1]
     a, b = a / a0, b / a0
     order = a.shape[1]
-    # float64 on CPU outside autograd and tracing: one native pass (FIR and recursion)
-    if order > 1 and x.dtype in (torch.float64, *_WORK_DTYPE) and _iir_native.usable(x, a, b):
-        out = _iir_native.lfilter_rows(x, b, a).to(x.dtype)
+    # CPU outside autograd and tracing: one native pass (FIR and recursion, float64 inside)
+    if order > 1 and _iir_native.usable(x, a, b):
+        out = _iir_native.lfilter_rows(x, b, a)
     else:
         fir = F.conv1d(F.pad(x, (order - 1, 0)), b.flip(1).unsqueeze(1), groups=a.shape[0])
         out = _iir(fir, a)
