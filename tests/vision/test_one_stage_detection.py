@@ -16,7 +16,9 @@ from ember.vision.models import detection
 # torchvision's published counts (COCO weights meta "num_params": pretrained layout, so the
 # ResNet body has frozen BatchNorm, whose affine terms are buffers)
 PUBLISHED = {"fcos_resnet50_fpn": 32_269_600, "retinanet_resnet50_fpn": 34_014_999,
-             "retinanet_resnet50_fpn_v2": 38_198_935}
+             "retinanet_resnet50_fpn_v2": 38_198_935, "ssd300_vgg16": 35_641_826,
+             "ssdlite320_mobilenet_v3_large": 3_440_060}
+RESNET_BODY = {"fcos_resnet50_fpn", "retinanet_resnet50_fpn", "retinanet_resnet50_fpn_v2"}
 ONE_STAGE = sorted(PUBLISHED)
 
 
@@ -61,8 +63,10 @@ def quick_build(name, **kwargs):
 @pytest.mark.parametrize("name", ONE_STAGE)
 def test_parameter_count_equals_published(name):
     with torch.device("meta"), no_init():
-        body = models.resnet50().state_dict()   # a "pretrained" backbone: frozen BatchNorm
-        m = models.get_model(name, weights_backbone=body)
+        if name in RESNET_BODY:   # a "pretrained" backbone: frozen BatchNorm, as published
+            m = models.get_model(name, weights_backbone=models.resnet50().state_dict())
+        else:
+            m = models.get_model(name)
     assert n_params(m) == PUBLISHED[name]
     enum = models.get_model_weights(name)
     assert enum.DEFAULT.meta["num_params"] == PUBLISHED[name]
@@ -71,6 +75,7 @@ def test_parameter_count_equals_published(name):
 
 def test_builders_registered_exported_and_old_path_kept():
     assert set(ONE_STAGE) <= set(models.list_models(module=detection))
+    assert all(callable(getattr(detection, n)) and n in detection.__all__ for n in ONE_STAGE)
     from ember.vision.models import retinanet as old
     assert old.retinanet_resnet50_fpn is detection.retinanet_resnet50_fpn
     assert models.RetinaNet is detection.RetinaNet
@@ -88,16 +93,20 @@ def _images_and_targets():
 
 @pytest.mark.parametrize("name,losses", [
     ("fcos_resnet50_fpn", {"classification", "bbox_regression", "bbox_ctrness"}),
+    ("ssdlite320_mobilenet_v3_large", {"bbox_regression", "classification"}),
     pytest.param("retinanet_resnet50_fpn_v2", {"classification", "bbox_regression"},
+                 marks=pytest.mark.slow),
+    pytest.param("ssd300_vgg16", {"bbox_regression", "classification"},
                  marks=pytest.mark.slow)])
 def test_train_and_eval_small(name, losses):
-    m = quick_build(name, num_classes=4, min_size=64, max_size=96, score_thresh=0.0,
-                    detections_per_img=15, topk_candidates=40)
+    sizes = {} if name.startswith("ssd") else {"min_size": 64, "max_size": 96}
+    m = quick_build(name, num_classes=4, score_thresh=0.0, detections_per_img=15,
+                    topk_candidates=40, **sizes)
     images, targets = _images_and_targets()
     out = m.train()(images, targets)
     assert set(out) == losses and all(torch.isfinite(v) for v in out.values())
     sum(out.values()).backward()
-    assert m.head.classification_head.cls_logits.weight.grad is not None
+    assert all(p.grad is not None for p in m.head.classification_head.parameters())
     with torch.no_grad():
         dets = m.eval()(images)
     for d, img in zip(dets, images):
@@ -152,3 +161,25 @@ def test_compiled_fcos_matches_eager():
     for a, b in zip(out, ref):
         torch.testing.assert_close(a["boxes"], b["boxes"], rtol=1e-4, atol=1e-4)
         assert torch.equal(a["labels"], b["labels"])
+
+
+def test_default_boxes_and_ssdlite_backbone_choices():
+    from ember.vision.models.detection.anchor_utils import DefaultBoxGenerator
+    from ember.vision.models.detection.image_list import ImageList
+
+    gen = DefaultBoxGenerator([[2], [2, 3]], min_ratio=0.2, max_ratio=0.9)
+    assert gen.num_anchors_per_location() == [4, 6]
+    assert gen.scales == pytest.approx([0.2, 0.9, 1.0])
+    feats = [torch.zeros(1, 1, 4, 4), torch.zeros(1, 1, 2, 2)]
+    boxes = gen(ImageList(torch.zeros(2, 3, 64, 64), [(64, 64)] * 2), feats)
+    assert len(boxes) == 2 and boxes[0].shape == (4 * 4 * 4 + 2 * 2 * 6, 4)
+    # first box: a 0.2-scale square centred on the first cell (8, 8) of a 64-pixel image
+    torch.testing.assert_close(boxes[0][0], torch.tensor([8 - 6.4, 8 - 6.4, 8 + 6.4, 8 + 6.4]))
+    with pytest.raises(ValueError, match="same length"):
+        DefaultBoxGenerator([[2]], steps=[8, 16])
+    with torch.device("meta"), no_init():
+        full = detection.ssdlite320_mobilenet_v3_large(
+            weights_backbone=models.mobilenet_v3_large().state_dict())
+        reduced = detection.ssdlite320_mobilenet_v3_large()
+    assert full.backbone.out_channels == [672, 960, 512, 256, 256, 128]
+    assert reduced.backbone.out_channels == [672, 480, 512, 256, 256, 128]

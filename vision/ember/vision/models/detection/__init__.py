@@ -32,6 +32,11 @@ from ember.vision.models.detection.retinanet import (
     retinanet_resnet50_fpn,
     retinanet_resnet50_fpn_v2,
 )
+from ember.vision.models.detection.ssd import SSD, SSD300_VGG16_Weights, ssd300_vgg16
+from ember.vision.models.detection.ssdlite import (
+    SSDLite320_MobileNet_V3_Large_Weights,
+    ssdlite320_mobilenet_v3_large,
+)
 
 __all__ = [
     "FasterRCNN", "fasterrcnn_resnet50_fpn", "fasterrcnn_resnet50_fpn_v2",
@@ -44,4 +49,6 @@ __all__ = [
     "FCOS", "fcos_resnet50_fpn", "FCOS_ResNet50_FPN_Weights",
     "RetinaNet", "retinanet_resnet50_fpn", "retinanet_resnet50_fpn_v2",
     "RetinaNet_ResNet50_FPN_Weights", "RetinaNet_ResNet50_FPN_V2_Weights",
+    "SSD", "ssd300_vgg16", "SSD300_VGG16_Weights",
+    "ssdlite320_mobilenet_v3_large", "SSDLite320_MobileNet_V3_Large_Weights",
 ]

@@ -56,8 +56,8 @@ def nms_per_image(boxes: list[Tensor], scores: list[Tensor], labels: list[Tensor
 class OneStageDetector(nn.Module):
     """``forward(images, targets=None)``: a loss dict in training, per-image detections
     ``{"boxes", "scores", "labels"}`` in evaluation. Subclasses set ``backbone``, ``head``,
-    ``anchor_generator`` and ``transform`` and define ``compute_loss`` and
-    ``postprocess_detections``."""
+    ``anchor_generator`` and ``transform`` and define ``_loss`` and
+    ``postprocess_detections`` (per-level inputs unless ``_detect`` is overridden)."""
 
     def _loss(self, targets, head_outputs, anchors, num_anchors_per_level):
         raise NotImplementedError
@@ -83,13 +83,16 @@ class OneStageDetector(nn.Module):
         positions = [f.size(2) * f.size(3) for f in features]
         if self.training:
             return self._loss(targets, head_outputs, anchors, positions)
+        detections = self._detect(head_outputs, anchors, image_list.image_sizes, positions)
+        return self.transform.postprocess(detections, image_list.image_sizes, original_sizes)
+
+    def _detect(self, head_outputs, anchors, image_sizes, positions):
+        """Head outputs and anchors split per level, then ``postprocess_detections``."""
         per_anchor = head_outputs["cls_logits"].size(1) // sum(positions)
         sizes = [p * per_anchor for p in positions]
         split_outputs = {k: list(v.split(sizes, dim=1)) for k, v in head_outputs.items()}
         split_anchors = [list(a.split(sizes)) for a in anchors]
-        detections = self.postprocess_detections(split_outputs, split_anchors,
-                                                 image_list.image_sizes)
-        return self.transform.postprocess(detections, image_list.image_sizes, original_sizes)
+        return self.postprocess_detections(split_outputs, split_anchors, image_sizes)
 
 
 def num_classes_or(num_classes, default: int) -> int:

@@ -1,13 +1,16 @@
-"""Anchor generation for the R-CNN family and RetinaNet (torchvision's AnchorGenerator)."""
+"""Anchor generation: AnchorGenerator (the R-CNN family, RetinaNet, FCOS) and SSD's
+DefaultBoxGenerator."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor, nn
 
 from ember.vision.models.detection.image_list import ImageList
 
-__all__ = ["AnchorGenerator"]
+__all__ = ["AnchorGenerator", "DefaultBoxGenerator"]
 
 
 class AnchorGenerator(nn.Module):
@@ -73,3 +76,73 @@ class AnchorGenerator(nn.Module):
         per_level = self.grid_anchors(grid_sizes, strides)
         anchors = torch.cat(per_level)
         return [anchors for _ in image_list.image_sizes]
+
+
+class DefaultBoxGenerator(nn.Module):
+    """SSD's default boxes: per feature map ``k``, boxes of scale ``s_k``, ``sqrt(s_k s_k+1)``
+    and ``s_k`` at each aspect ratio (both orientations), centred on every cell; XYXY pixels."""
+
+    def __init__(self, aspect_ratios: list[list[int]], min_ratio: float = 0.15,
+                 max_ratio: float = 0.9, scales: list[float] | None = None,
+                 steps: list[int] | None = None, clip: bool = True) -> None:
+        super().__init__()
+        if steps is not None and len(aspect_ratios) != len(steps):
+            raise ValueError("aspect_ratios and steps should have the same length")
+        self.aspect_ratios, self.steps, self.clip = aspect_ratios, steps, clip
+        n = len(aspect_ratios)
+        if scales is None:
+            if n > 1:   # evenly spaced between min_ratio and max_ratio, then 1.0
+                scales = [min_ratio + (max_ratio - min_ratio) * k / (n - 1.0) for k in range(n)]
+                scales.append(1.0)
+            else:
+                scales = [min_ratio, max_ratio]
+        self.scales = scales
+        self._wh_pairs = self._generate_wh_pairs(n)
+
+    def _generate_wh_pairs(self, num_outputs: int, dtype: torch.dtype = torch.float32,
+                           device: torch.device | str = "cpu") -> list[Tensor]:
+        pairs = []
+        for k in range(num_outputs):
+            s_k = self.scales[k]
+            s_prime = math.sqrt(self.scales[k] * self.scales[k + 1])
+            wh = [[s_k, s_k], [s_prime, s_prime]]
+            for ar in self.aspect_ratios[k]:
+                root = math.sqrt(ar)
+                wh += [[s_k * root, s_k / root], [s_k / root, s_k * root]]
+            pairs.append(torch.as_tensor(wh, dtype=dtype, device=device))
+        return pairs
+
+    def num_anchors_per_location(self) -> list[int]:
+        return [2 + 2 * len(r) for r in self.aspect_ratios]
+
+    def _grid_default_boxes(self, grid_sizes, image_size,
+                            dtype: torch.dtype = torch.float32) -> Tensor:
+        """(cx, cy, w, h) boxes relative to the image, cell-major, for every feature map."""
+        boxes = []
+        for k, (fh, fw) in enumerate(grid_sizes):
+            if self.steps is not None:
+                x_f, y_f = image_size[1] / self.steps[k], image_size[0] / self.steps[k]
+            else:
+                y_f, x_f = fh, fw
+            xs = ((torch.arange(0, fw) + 0.5) / x_f).to(dtype=dtype)
+            ys = ((torch.arange(0, fh) + 0.5) / y_f).to(dtype=dtype)
+            yy, xx = torch.meshgrid(ys, xs, indexing="ij")
+            centres = torch.stack((xx.reshape(-1), yy.reshape(-1)) * len(self._wh_pairs[k]),
+                                  dim=-1).reshape(-1, 2)
+            wh = self._wh_pairs[k].clamp(min=0, max=1) if self.clip else self._wh_pairs[k]
+            boxes.append(torch.cat((centres, wh.repeat(fh * fw, 1)), dim=1))
+        return torch.cat(boxes, dim=0)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(aspect_ratios={self.aspect_ratios}, clip={self.clip}, "
+                f"scales={self.scales}, steps={self.steps})")
+
+    def forward(self, image_list: ImageList, feature_maps: list[Tensor]) -> list[Tensor]:
+        grid_sizes = [f.shape[-2:] for f in feature_maps]
+        image_size = image_list.tensors.shape[-2:]
+        dtype, device = feature_maps[0].dtype, feature_maps[0].device
+        boxes = self._grid_default_boxes(grid_sizes, image_size, dtype=dtype).to(device)
+        scale = torch.tensor([image_size[1], image_size[0]], device=boxes.device)
+        xyxy = torch.cat([(boxes[:, :2] - 0.5 * boxes[:, 2:]) * scale,
+                          (boxes[:, :2] + 0.5 * boxes[:, 2:]) * scale], -1)
+        return [xyxy for _ in image_list.image_sizes]
