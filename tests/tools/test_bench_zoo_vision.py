@@ -33,13 +33,18 @@ def test_table_covers_the_registry_less_the_listed_skips():
     assert sum(m.family == "classification" for m in table.values()) >= 70
 
 
-@pytest.mark.parametrize("name", ["squeezenet1_1", "lraspp_mobilenet_v3_large", "mc3_18"])
+@pytest.mark.parametrize("name", ["squeezenet1_1", "lraspp_mobilenet_v3_large", "mc3_18",
+                                  "ssdlite320_mobilenet_v3_large"])
 def test_workloads_run_eagerly_with_their_loss(name):
     torch.manual_seed(0)
     work = zoo_vision.table()[name].build(True)
-    out = work.model.train()(*work.args)
+    out = work.model.train()(*(work.train_args or work.args))
     loss = work.loss(out)
     assert loss.ndim == 0 and torch.isfinite(loss)
+    if name.startswith("ssdlite"):   # detection inference: score threshold 0 keeps boxes
+        with torch.no_grad():
+            dets = work.model.eval()(*work.args)
+        assert len(dets) == 2 and all(len(d["boxes"]) == 20 for d in dets)
 
 
 def _tiny(quick: bool) -> zoo.Workload:
