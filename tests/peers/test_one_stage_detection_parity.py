@@ -142,3 +142,18 @@ def test_weights_enum_and_default_structure_match(name):
             assert ours.meta[field] == theirs.meta[field], field
     with torch.device("meta"):
         check_structure(em.get_model(name), tvd.__dict__[name](weights_backbone=None))
+
+
+def test_builder_signatures_match_torchvision():
+    """Same keywords in the same order with the same defaults; ``weights_backbone`` defaults
+    to None here (torchvision's default entry would need a download)."""
+    import inspect
+
+    for name in CASES:
+        ours = inspect.signature(em._registry._MODELS[name]).parameters
+        theirs = inspect.signature(tvm.get_model_builder(name)).parameters
+        assert list(ours) == list(theirs), name
+        for key, p in theirs.items():
+            if key != "weights_backbone":
+                assert ours[key].default == p.default, (name, key)
+        assert ours["weights_backbone"].default is None

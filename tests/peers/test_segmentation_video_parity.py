@@ -184,3 +184,19 @@ def test_video_preset_matches_torchvision():
     # uint8 resampled in float and rounded by both; a rounding tie may land one level apart
     assert (out - expected).abs().max() <= 1.01 / 255 / min(ours.std)
     assert torch.allclose(ours(clip[0]), out[0])
+
+
+def test_builder_signatures_match_torchvision():
+    """Same keywords in the same order with the same defaults; ``weights_backbone`` defaults
+    to None here (torchvision's default entry would need a download)."""
+    import inspect
+
+    for name in [*SEGMENTATION, *VIDEO]:
+        ours = inspect.signature(em._registry._MODELS[name]).parameters
+        theirs = inspect.signature(tvm.get_model_builder(name)).parameters
+        assert list(ours) == list(theirs), name
+        for key, p in theirs.items():
+            if key != "weights_backbone":
+                assert ours[key].default == p.default, (name, key)
+        if "weights_backbone" in ours:
+            assert ours["weights_backbone"].default is None
