@@ -3,9 +3,14 @@ backbone, head and anchors; losses in training, per-level top-k and NMS in evalu
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import Tensor, nn
 
+from ember.vision.models._categories import COCO_CATEGORIES
+from ember.vision.models._registry import load_weights
+from ember.vision.models.detection._utils import overwrite_eps
 from ember.vision.ops import batched_nms, clip_boxes_to_image
 
 
@@ -106,7 +111,6 @@ def num_classes_or(num_classes, default: int) -> int:
 
 def coco_entry(file: str, num_params: int, box_map: float) -> tuple[str, dict]:
     """A COCO weights entry for ``detection_weights``: torchvision's file name and meta."""
-    from ember.vision.models._categories import COCO_CATEGORIES
     return file, {"categories": list(COCO_CATEGORIES), "num_params": num_params,
                   "_metrics": {"COCO-val2017": {"box_map": box_map}}}
 
@@ -114,10 +118,6 @@ def coco_entry(file: str, num_params: int, box_map: float) -> tuple[str, dict]:
 def finish(model: nn.Module, weights, eps_zero_file: str | None = None) -> nn.Module:
     """Load ``weights`` (a resolved local file or None); checkpoints named ``eps_zero_file``
     were trained with FrozenBatchNorm eps 0, as torchvision sets after loading."""
-    import os
-
-    from ember.vision.models._registry import load_weights
-    from ember.vision.models.detection._utils import overwrite_eps
     load_weights(model, weights)
     if (eps_zero_file is not None and isinstance(weights, (str, os.PathLike))
             and os.path.basename(os.fspath(weights)) == eps_zero_file):
