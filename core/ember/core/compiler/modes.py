@@ -1,8 +1,8 @@
 """What each ``compile(mode=...)`` means for the C++ (CPU) path.
 
-- ``default``: kernels called one by one from the generated Python wrapper.
-- ``reduce-overhead``: runs of consecutive kernels become one native entry (one ctypes call
-  per run; externs split the graph into runs), so per-call Python work is minimal.
+- ``default`` and ``reduce-overhead``: each run of two or more consecutive kernels becomes one
+  native entry (one ctypes call per run; externs split the graph into runs), so per-call
+  Python work is minimal. (On CUDA, ``reduce-overhead`` also replays CUDA graphs.)
 - ``max-autotune`` / ``max-autotune-no-cudagraphs``: each kernel's OpenMP thread count and
   outer-loop chunking are timed on the real inputs at the first call; the winner is cached
   on disk (``ember.core.compiler.autotune``).
@@ -26,5 +26,6 @@ def tunes_kernels(options: dict | None) -> bool:
 
 
 def native_entry(options: dict | None) -> bool:
-    """reduce-overhead: one native call per run of kernels instead of one per kernel."""
-    return mode_of(options) == "reduce-overhead"
+    """One native call per run of kernels instead of one per kernel: every mode but
+    max-autotune, whose kernels are timed and called one by one with their tuning arguments."""
+    return not tunes_kernels(options)

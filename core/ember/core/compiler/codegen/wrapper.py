@@ -60,7 +60,7 @@ class Alloc(NamedTuple):
 
 
 class CallKernel(NamedTuple):
-    name: str  # the kernel (or reduce-overhead segment) entry
+    name: str  # the kernel (or segment: a run of kernels) entry
     key: str  # its entry in the loaded ``libs``
     spec: list  # KernelArg list
 
@@ -143,7 +143,7 @@ class _Planner:
         out_names |= {c.flag.buf.name for c in self.checks}  # read after every kernel
         pool: dict[tuple, list[str]] = {}
         reusable: set[str] = set()
-        segment = None  # reduce-overhead: the native entry running the current kernel run
+        segment = None  # the native entry running the current run of kernels
         for i, step in enumerate(steps):
             if isinstance(step, Extern):
                 self.need_arg(list(step.args))
@@ -209,7 +209,7 @@ def plan(inputs: list, outputs: list, checks: list, steps: list, specs: dict,
          segments: dict | None = None) -> list[WrapperStep]:
     """The wrapper's steps for one graph.
 
-    ``specs[kernel]``: its argument list; ``segments[kernel]``: the reduce-overhead entry
+    ``specs[kernel]``: its argument list; ``segments[kernel]``: the native entry
     ``(name, spec, kernel names)`` a run of kernels starting there is called through;
     ``inplace``: outputs may overwrite dying inputs (off when kernels are re-run to tune).
     """

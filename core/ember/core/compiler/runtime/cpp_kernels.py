@@ -1,9 +1,9 @@
 """Build a graph's C++ kernels into one shared library and bind them as Python callables.
 
 ``load(steps, buffers, options) -> (libs, source)``: ``libs[kernel] = (callable, spec)``.
-Under max-autotune the callables are ``TunedKernel``s; under reduce-overhead every run of
+Under max-autotune the callables are ``TunedKernel``s; otherwise every run of two or more
 consecutive kernels also gets one ``extern "C"`` entry that calls them in order, bound as
-``libs["seg:<first kernel>"] = (callable, spec, kernel names)``.
+``libs["seg:<first kernel>"] = (callable, spec, kernel names)``: one ctypes call per run.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def load(steps: list, buffers: dict, options: dict | None) -> tuple[dict, str]:
     parts = [src for src, _ in sources.values()]
     segments = []
     if modes.native_entry(options):
-        for run in runs(steps):
+        for run in (r for r in runs(steps) if len(r) > 1):
             name = f"seg_{run[0].name}"
             src, spec = segment_source(name, run, specs, buffers)
             parts.append(src)
