@@ -40,6 +40,9 @@ _EXTRA = [
 _KEEP = {
     aten.mean.dim, aten.mean.default, aten.clamp.default, aten.clamp.Tensor,
     aten.addmm.default, aten.relu.default, aten.sigmoid.default,
+    # torch's table turns it into aten.index, whose bounds checks its producers (upsampling
+    # decompositions, whose indices are clamped by construction) do not need
+    aten._unsafe_index.Tensor,
 }
 
 

@@ -33,6 +33,10 @@ class _IndexPrinter:
     def min_max(self, fn: str, args: list[str]) -> str:
         raise NotImplementedError
 
+    def to_int(self, rounding: str, a: str) -> str:
+        """A float index expression rounded to an integer: "trunc", "floor" or "ceil"."""
+        raise NotImplementedError
+
     def __call__(self, e) -> str:
         p = self
         e = sympy.sympify(e)
@@ -76,8 +80,12 @@ class _IndexPrinter:
             return f"(({a[0]} {div} {a[1]}) % {a[2]})"
         if name == "CeilDiv" and len(a) == 2:
             return f"(({a[0]} + {a[1]} - 1) {div} {a[1]})"
-        if name in ("Identity", "TruncToInt") and len(a) == 1:
+        if name in ("Max", "Min") and a:  # torch's own Max/Min (not sympy's classes)
+            return self.min_max(name.lower(), a)
+        if name == "Identity" and len(a) == 1:
             return a[0]
+        if name in ("TruncToInt", "FloorToInt", "CeilToInt") and len(a) == 1:
+            return self.to_int(name[:-5].lower(), a[0])
         raise ir.Unsupported(f"cannot print index {e!r}")  # the graph falls back to eager
 
 
@@ -92,6 +100,10 @@ class _CppIndexPrinter(_IndexPrinter):
 
     def to_float(self, a):
         return f"static_cast<double>({a})"
+
+    def to_int(self, rounding, a):
+        return f"static_cast<int64_t>({a})" if rounding == "trunc" else \
+            f"static_cast<int64_t>(std::{rounding}({a}))"
 
     def min_max(self, fn, args):
         cmp = ">" if fn == "max" else "<"
@@ -111,6 +123,11 @@ class _PyIndexPrinter(_IndexPrinter):
 
     def to_float(self, a):
         return f"float({a})"
+
+    def to_int(self, rounding, a):
+        if rounding == "trunc":
+            return f"int({a})"
+        return f"int(({a}) // 1)" if rounding == "floor" else f"(-int((-({a})) // 1))"
 
     def min_max(self, fn, args):
         return f"{fn}({', '.join(args)})"

@@ -126,7 +126,7 @@ def _literal(value, dtype: torch.dtype) -> str:
 
 def _index(e) -> str:
     s = py_index(e)
-    if "max(" in s or "min(" in s or "float(" in s:
+    if any(f in s for f in ("max(", "min(", "float(", "int(")):
         raise ir.Unsupported(f"Triton codegen cannot index with {e}")
     return s
 
