@@ -44,3 +44,28 @@ def test_layer_norm_backward_is_one_row_pass_and_one_column_pass(ecompile, outpu
         torch.testing.assert_close(g, r, atol=1e-4, rtol=1e-4)
     backward = "\n".join(output_code).split("wrapper:")[1]
     assert backward.count('extern "C" void kernel') == 2
+
+
+def test_horizontal_optimizer_loops_run_flat_over_each_parameter(ecompile, output_code):
+    """A conv weight's update is one vector loop over all its elements, not a loop nest whose
+    innermost loop walks the 3x3 (or 1x1) window."""
+    shapes = [(8, 4, 3, 3), (16,), (16, 8, 1, 1)]
+    params = [torch.randn(s, requires_grad=True) for s in shapes]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    ref = [p.detach().clone().requires_grad_() for p in params]
+    for p, r in zip(params, ref):
+        r.grad = p.grad.clone()
+    opt = torch.optim.AdamW(params, lr=1e-2, foreach=True)
+    ref_opt = torch.optim.AdamW(ref, lr=1e-2, foreach=True)
+    step = ecompile(opt.step)
+    for _ in range(2):
+        step()
+        ref_opt.step()
+    for p, r in zip(params, ref):
+        torch.testing.assert_close(p, r)
+    code = "\n".join(output_code).split("wrapper:")[0]
+    bounds = {int(line.split("<")[1].split(";")[0]) for line in code.splitlines()
+              if "for (int64_t r0 = 0; r0 <" in line}
+    assert {288, 16, 128} <= bounds, bounds  # each parameter's numel
+    assert "r1" not in code  # no second loop level inside any parameter's update

@@ -348,21 +348,44 @@ def _finalize(k: Kernel, must_store: set[str]) -> Kernel:
             loaded |= ir.reads_of(it.expr)
     k.stored = {n.buf.name for n in k.nodes if n.buf.name in must_store or n.buf.name in loaded}
     k.must_store = {n.buf.name for n in k.nodes if n.buf.name in must_store}
-    if all(isinstance(n, Pointwise) for n in k.nodes) and len(k.stages) == 1 \
-            and k.stages[0].kind == "loop":
-        _collapse(k)
+    if all(isinstance(n, Pointwise) for n in k.nodes) and \
+            all(st.kind == "loop" for st in k.stages):
+        if len(k.stages) == 1:
+            _collapse(k)
+        elif not k.outer:
+            _collapse_stages(k)
     return k
 
 
 def _collapse(k: Kernel) -> None:
     """Merge adjacent loop dims whose every index is linear and contiguous across them."""
     st = k.stages[0]
-    if any(ir.gathered(it.expr) for it in st.items):
-        return  # a gather's index is not a linear function of the loop variables
     sizes = list(k.outer) + list(st.rsizes)
     vars_ = ir.index_vars("x", len(k.outer)) + ir.index_vars("r", len(st.rsizes))
-    exprs = [it.index for it in st.items]
-    for it in st.items:
+    merged = _merge_dims(st.items, sizes, vars_, lambda n: ir.index_vars("x", n - 1) +
+                         ir.index_vars("r", 1))
+    if merged is not None:
+        k.outer, st.rsizes = merged[:-1], merged[-1:]
+
+
+def _collapse_stages(k: Kernel) -> None:
+    """``_collapse`` for each loop of a kernel without outer loops (a horizontal kernel: an
+    optimizer's per-parameter updates), so a conv weight's 3x3 window is not the vector loop."""
+    for st in k.stages:
+        merged = _merge_dims(st.items, list(st.rsizes), ir.index_vars("r", len(st.rsizes)),
+                             lambda n: ir.index_vars("r", n))
+        if merged is not None:
+            st.rsizes = merged
+
+
+def _merge_dims(items: list, sizes: list, vars_: list, names) -> list | None:
+    """Group adjacent dims of the loop nest ``vars_`` over ``sizes`` that every index of
+    ``items`` walks contiguously; rewrite the items onto one variable per group (``names(n)``
+    gives the n new variables) and return the merged sizes, or None when nothing merges."""
+    if any(ir.gathered(it.expr) for it in items):
+        return None  # a gather's index is not a linear function of the loop variables
+    exprs = [it.index for it in items]
+    for it in items:
         exprs += [ld.index for ld in ir.loads(it.expr)]
         exprs += [x.expr for x in ir.walk(it.expr) if isinstance(x, ir.Index)]
     vset = set(vars_)
@@ -371,10 +394,12 @@ def _collapse(k: Kernel) -> None:
         e = sympy.expand(e)
         c = [sympy.diff(e, v) for v in vars_]
         if any(ci.free_symbols & vset for ci in c):
-            return
+            return None
         coefs.append((e.subs({v: 0 for v in vars_}), c))
-    groups = [[len(sizes) - 1]] if sizes else []
-    for j in range(len(sizes) - 2, -1, -1):
+    # a dim of size 1 has its variable at 0: it joins whatever group is next to it
+    dims = [j for j, n in enumerate(sizes) if not ir.same(n, 1)] or [len(sizes) - 1]
+    groups = [[dims[-1]]] if sizes else []
+    for j in reversed(dims[:-1]):
         inner = groups[-1][0]
         if all(ir.same(c[j], c[inner] * sizes[inner]) for _, c in coefs):
             groups[-1].insert(0, j)
@@ -382,39 +407,26 @@ def _collapse(k: Kernel) -> None:
             groups.append([j])
     groups.reverse()
     if len(groups) == len(sizes):
-        return
+        return None
     new_sizes = [ir.numel([sizes[d] for d in g]) for g in groups]
-    nv = ir.index_vars("y", len(groups))
+    nv = names(len(groups))
+    fresh = ir.index_vars("y", len(groups))  # placeholders: ``names`` may reuse old names
     mapping = {}
     for e, (e0, c) in zip(exprs, coefs):
-        mapping[e] = e0 + sum((c[g[-1]] * y for g, y in zip(groups, nv)), sympy.Integer(0))
+        mapping[e] = e0 + sum((c[g[-1]] * y for g, y in zip(groups, fresh)), sympy.Integer(0))
+    ren = dict(zip(fresh, nv))
 
     def remap(x):
         if isinstance(x, ir.Load):
-            return x._replace(index=mapping[x.index])
+            return x._replace(index=mapping[x.index].xreplace(ren))
         if isinstance(x, ir.Index):
-            return x._replace(expr=mapping[x.expr])
+            return x._replace(expr=mapping[x.expr].xreplace(ren))
         return None
 
-    for it in st.items:
-        it.index = mapping[it.index]
+    for it in items:
+        it.index = mapping[it.index].xreplace(ren)
         it.expr = ir.rebuild(it.expr, remap)
-    # rename y -> x (outer) / r (inner) so codegen sees its usual variables
-    outer_n = len(new_sizes) - 1
-    ren = {y: v for y, v in zip(nv, ir.index_vars("x", outer_n) + ir.index_vars("r", 1))}
-
-    def rename(x):
-        if isinstance(x, ir.Load):
-            return x._replace(index=x.index.xreplace(ren))
-        if isinstance(x, ir.Index):
-            return x._replace(expr=x.expr.xreplace(ren))
-        return None
-
-    for it in st.items:
-        it.index = it.index.xreplace(ren)
-        it.expr = ir.rebuild(it.expr, rename)
-    k.outer = new_sizes[:-1]
-    st.rsizes = new_sizes[-1:]
+    return new_sizes
 
 
 LOOKAHEAD = 32  # later nodes tried for the open kernel when the next one is refused
