@@ -2,11 +2,12 @@
 
 One pattern today: unfused attention,
 ``matmul(q, k^T) [* s | / s]... [+ mask | .masked_fill(~keep, -inf)] -> softmax(-1) [-> dropout]
--> matmul(., v)``, becomes one call of Ember's ``scaled_dot_product_attention`` (the
-``ember::sdpa`` op: linear memory on CPU, FlashAttention on CUDA). It fires only when every
-intermediate (scores, probabilities) has no other user and the shapes and dtypes are the ones
-the fused op computes identically (one difference: a row whose every key is masked gives 0
-where eager softmax gives NaN); anything else is left alone.
+-> matmul(., v)``, becomes one fused attention call: torch's ``scaled_dot_product_attention``
+(ATen's C++ flash kernel) on CPU without dropout, else Ember's (the ``ember::sdpa`` op:
+FlashAttention-2 on CUDA, and attention dropout). It fires only when every intermediate
+(scores, probabilities) has no other user and the shapes and dtypes are the ones the fused op
+computes identically (one difference: a row whose every key is masked may give 0 where eager
+softmax gives NaN); anything else is left alone.
 Disabled with ``compile(..., options={"patterns": False})``.
 """
 
@@ -239,17 +240,18 @@ def rewrite_attention(gm: GraphModule) -> int:
         elif inverted:
             with graph.inserting_before(final):
                 mask = graph.call_function(torch.logical_not, (mask,))
+        target = _attention_for(_val(q), dropout)
         with graph.inserting_before(final):
             fused = graph.call_function(
-                scaled_dot_product_attention, (q, k, v),
-                {"attn_mask": mask, "dropout_p": dropout, "scale": scale})
+                target, (q, k, v), {"attn_mask": mask, "dropout_p": dropout, "scale": scale})
         fused.meta = dict(final.meta)
         final.replace_all_uses_with(fused)
         for node in [final, *chain, negated, transposed]:
             if node is not None and not node.users:
                 graph.erase_node(node)
         count += 1
-        log.info("attention pattern -> ember sdpa: softmax(%s @ %s^T * %.4g%s)%s @ %s",
+        log.info("attention pattern -> %s: softmax(%s @ %s^T * %.4g%s)%s @ %s",
+                 "ember sdpa" if target is scaled_dot_product_attention else "ATen's CPU sdpa",
                  q.name, k.name, scale, "" if mask is None else f" + mask {mask.name}",
                  f" -> dropout({dropout})" if dropout else "", v.name)
     if count:
@@ -257,6 +259,18 @@ def rewrite_attention(gm: GraphModule) -> int:
         gm.recompile()
         stats["attention"] += count
     return count
+
+
+def _attention_for(q: torch.Tensor | None, dropout: float):
+    """The fused op a matched chain becomes: on CPU without dropout, torch's
+    ``scaled_dot_product_attention`` (ATen's C++ flash kernel, forward and backward; Ember's
+    CPU kernel tiles in Python, slow for many small heads); otherwise Ember's (Triton
+    FlashAttention-2 on CUDA, and its dropout)."""
+    from ember.core.nn.functional import scaled_dot_product_attention
+
+    if q is not None and q.device.type == "cpu" and not dropout:
+        return F.scaled_dot_product_attention
+    return scaled_dot_product_attention
 
 
 def apply(gm: GraphModule, options: dict | None = None) -> GraphModule:
