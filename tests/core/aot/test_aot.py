@@ -217,6 +217,21 @@ def test_models_match_eager(make, shape, tmp_path):
             _close(loaded(x), model(x), torch.float32)
 
 
+class _LengthMask(nn.Module):
+    """``mask.to(x.dtype)``: torch.export adds an ``_assert_tensor_metadata`` whose dtype
+    argument a TorchScript schema spells as int."""
+
+    def forward(self, x, n):
+        keep = torch.arange(x.shape[1], device=x.device)[None, :] < n[:, None]
+        return x * keep.to(x.dtype)
+
+
+def test_ops_taking_a_dtype_package(tmp_path):
+    x, n = torch.randn(3, 7), torch.tensor([3, 7, 0])
+    path = aot.aot_compile(_LengthMask(), (x, n), path=str(tmp_path / "mask.pt2"))
+    torch.testing.assert_close(aot.aot_load(path)(x, n), _LengthMask()(x, n))
+
+
 def test_each_package_runs_its_own_library(mlp_package, tmp_path):
     """Several packages in one process, loaded after others were dropped (descriptor numbers
     reused): each runs its own code (the loader once ran the first package's for all)."""

@@ -50,6 +50,19 @@ _LAYOUTS = {torch.strided: "c10::Layout::Strided"}
 _MEMORY_FORMATS = {torch.contiguous_format: "c10::MemoryFormat::Contiguous",
                    torch.channels_last: "c10::MemoryFormat::ChannelsLast",
                    torch.preserve_format: "c10::MemoryFormat::Preserve"}
+
+
+def _enum(a) -> str | None:
+    """The C++ enumerator of a dtype, layout or memory format argument (None: not one)."""
+    if isinstance(a, torch.dtype):
+        return scalar_type(a)
+    if isinstance(a, torch.layout):
+        return _LAYOUTS.get(a)
+    if isinstance(a, torch.memory_format):
+        return _MEMORY_FORMATS.get(a)
+    return None
+
+
 # operator namespaces whose kernels libtorch registers in C++ (others need Python)
 NATIVE_NAMESPACES = ("aten",)
 
@@ -120,6 +133,10 @@ class CppWrapper:
             return "c10::IValue()"
         if kind == "TensorType":
             return f"c10::IValue({self._tensor(a)})"
+        enum = _enum(a)  # TorchScript spells ScalarType, Layout and MemoryFormat as int
+        if enum is not None and kind in ("IntType", "ScalarTypeType", "LayoutType",
+                                         "MemoryFormatType"):
+            return f"c10::IValue(static_cast<int64_t>({enum}))"
         if kind in ("IntType", "SymIntType"):
             return f"c10::IValue(static_cast<int64_t>({self._int(a)}))"
         if kind == "FloatType":
@@ -134,12 +151,6 @@ class CppWrapper:
             return f"c10::IValue({self._float(a)})"
         if kind == "StringType":
             return f"c10::IValue(std::string({_c_string(a)}))"
-        if kind == "ScalarTypeType":
-            return f"c10::IValue(static_cast<int64_t>({scalar_type(a)}))"
-        if kind == "LayoutType" and a in _LAYOUTS:
-            return f"c10::IValue(static_cast<int64_t>({_LAYOUTS[a]}))"
-        if kind == "MemoryFormatType" and a in _MEMORY_FORMATS:
-            return f"c10::IValue(static_cast<int64_t>({_MEMORY_FORMATS[a]}))"
         if kind == "DeviceObjType":
             dev = torch.device(a)
             if dev.type != "cpu":
