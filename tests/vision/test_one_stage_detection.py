@@ -110,7 +110,9 @@ def test_train_and_eval_small(name, losses):
     with torch.no_grad():
         dets = m.eval()(images)
     for d, img in zip(dets, images):
-        assert d["boxes"].shape == (15, 4) and d["scores"].shape == d["labels"].shape == (15,)
+        k = d["boxes"].shape[0]   # NMS may drop a few of the untrained heads' boxes
+        assert 0 < k <= 15 and d["boxes"].shape == (k, 4)
+        assert d["scores"].shape == d["labels"].shape == (k,)
         assert (d["boxes"][:, 2] <= img.shape[-1] + 1e-3).all()
         assert (d["labels"] < 4).all()
 
