@@ -219,3 +219,21 @@ def test_dynamic_sizes_with_torch_shape_functions_compile(ecompile, n):
     f = ecompile(fn, dynamic=True)
     x = torch.randn(1, 2, n)
     torch.testing.assert_close(f(x), fn(x))
+
+
+def test_channels_last_values_stay_channels_last(ecompile, output_code):
+    """A pointwise value whose eager tensor is channels-last (BN + ReLU after a channels-last
+    conv) is stored in that memory order: the next conv reads it without a reorder, the
+    kernel's loads and stores walk memory contiguously, and outputs keep eager's strides."""
+    m = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.BatchNorm2d(16),
+                            torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 1), torch.nn.GELU())
+    m = m.eval().to(memory_format=torch.channels_last)
+    x = torch.randn(2, 8, 10, 12).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        out, ref = ecompile(m)(x), m(x)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    assert out.stride() == ref.stride() == (1920, 1, 192, 16)
+    wrapper = "\n".join(output_code).split("wrapper:")[1]
+    # the BN + ReLU buffer is allocated N, H, W, C and handed to the conv as an NCHW view
+    assert "_empty_cpu((2, 10, 12, 16, ), (1920, 192, 16, 1, )" in wrapper, wrapper
+    assert "(2, 16, 10, 12, ), (1920, 1, 192, 16, )" in wrapper, wrapper

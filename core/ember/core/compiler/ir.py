@@ -333,6 +333,8 @@ class Lazy(TensorValue):
     realized_at: int = -1
     source: StridedView | None = None  # set when this value is an exact copy of a view
     permuted: tuple | None = None  # (lazy value, dims) when this is a permutation of one
+    layout: tuple | None = None  # dims outermost first, when eager's tensor is dense but not
+    # contiguous (channels-last, say): memory order of the buffer it is realized into
 
     def load(self, index: Sequence) -> Expr:
         if self.realized is not None and self.realized_at < _reader[0]:

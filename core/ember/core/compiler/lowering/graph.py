@@ -87,9 +87,17 @@ class GraphLowering:
             return x
         if isinstance(x, Lazy):
             if x.realized is None:
-                buf = self.new_buffer(x.dtype, x.size)
-                node = self.add(Pointwise(buf, x.fn))
-                x.realized, x.realized_at = StridedView.of(buf), node.pos
+                order = x.layout
+                if order is None:
+                    buf = self.new_buffer(x.dtype, x.size)
+                    node = self.add(Pointwise(buf, x.fn))
+                    view = StridedView.of(buf)
+                else:  # eager's memory order: loops (and stores) walk the buffer in it
+                    buf = self.new_buffer(x.dtype, [x.size[d] for d in order])
+                    at = [order.index(d) for d in range(len(order))]
+                    node = self.add(Pointwise(buf, lambda i, f=x.fn: f([i[k] for k in at])))
+                    view = StridedView(buf, list(x.size), [buf.stride[k] for k in at])
+                x.realized, x.realized_at = view, node.pos
             return x.realized
         raise TypeError(f"cannot realize {type(x).__name__}")
 
@@ -212,6 +220,8 @@ class GraphLowering:
             _fallback_log.info("%s runs in eager ATen: %s", name, reason)
 
     def _maybe_realize(self, node: FxNode, out):
+        if isinstance(out, Lazy) and out.realized is None and out.layout is None:
+            out.layout = dense_order(meta_val(node), len(out.size))
         if isinstance(out, list):  # a foreach op: each value's readers go through getitem
             uses = Counter()
             for u in node.users:
@@ -393,6 +403,25 @@ class GraphLowering:
             # a fresh tensor in the graph's meaning, now the input it was copied into
             return self.realize(Lazy(v.dtype, list(v.size), v.load))
         return v
+
+
+def dense_order(val, rank: int) -> tuple | None:
+    """The dims of ``val`` outermost first when it is a dense, non-contiguous tensor of static
+    sizes and ``rank`` dims (channels-last, a stored permutation); None otherwise."""
+    if not isinstance(val, torch.Tensor) or val.dim() != rank or rank < 2 or \
+            val.layout != torch.strided:
+        return None
+    sizes, strides = list(val.shape), list(val.stride())
+    if not all(type(v) is int for v in sizes + strides) or 0 in sizes:
+        return None
+    order = tuple(sorted(range(rank), key=lambda d: (-strides[d], d)))
+    expect = 1
+    for d in reversed(order):
+        if sizes[d] != 1 and strides[d] != expect:
+            return None  # overlapping or with gaps: not one dense block
+        expect *= sizes[d]
+    moved = [d for d in order if sizes[d] != 1]
+    return None if moved == sorted(moved) else order
 
 
 def _written_args(node: FxNode) -> list:

@@ -551,6 +551,8 @@ def _view(ctx, x, *_shape):
         if stride is not None:
             return StridedView(x.buf, size, stride, x.offset)
     x = ctx.graph.realize(_copy_lazy(x))
+    if not x.is_contiguous():  # realized in eager's (non-contiguous) memory order: copy
+        x = ctx.graph.realize(Lazy(x.dtype, list(x.size), x.load))
     return StridedView(x.buf, size, contiguous_strides(size), x.offset)
 
 
