@@ -252,7 +252,8 @@ def test_transposing_copies_use_2d_tiles(tcompile, matches, monkeypatch, mode):
         return pick(self, cfg, index64)
 
     monkeypatch.setattr(triton_kernels.Launcher, "_fn", spy)
-    f = lambda x, y: (x.transpose(1, 2).contiguous() * 2, y.t() + 1, x + 1)
+    # y.t() + 1 alone is stored in y's memory order (eager's strides): no transposition
+    f = lambda x, y: (x.transpose(1, 2).contiguous() * 2, y.t().contiguous() + 1, x + 1)
     x = torch.randn(3, 37, 21, device=DEVICE)
     y = torch.randn(19, 45, dtype=torch.float64, device=DEVICE)
     matches(tcompile(f, mode=mode)(x, y), f(x, y))
