@@ -349,6 +349,24 @@ def headline(amp_speedups: list[float], float32_speedups: list[float]) -> float:
     return 0.75 * _geomean(amp_speedups) + 0.25 * _geomean(float32_speedups)
 
 
+def suite_summary(backend: str, passed: int, total: int, speedups: dict,
+                  training: tuple[str, ...] = ("float32",), label: str = "speed-up ") -> str:
+    """A model suite's one-line result for ``backend``: runs that matched, the inference
+    geomeans and headline, and the training-step geomean of each ``training`` precision;
+    ``speedups[(backend, mode, precision)]`` holds the per-run speed-ups."""
+    def g(mode, precision):
+        return speedups.get((backend, mode, precision), [])
+
+    train = ", ".join(f"{'AMP' if p == 'amp' else p} {_geomean(g('training', p)):.2f}x"
+                      for p in training) \
+        if len(training) > 1 else f"{_geomean(g('training', training[0])):.2f}x"
+    return (f"{backend}: {passed}/{total} runs compile and match eager; inference geomean "
+            f"{label}AMP {_geomean(g('inference', 'amp')):.2f}x, float32 "
+            f"{_geomean(g('inference', 'float32')):.2f}x, headline 0.75 x AMP + 0.25 x "
+            f"float32 = {headline(g('inference', 'amp'), g('inference', 'float32')):.2f}x; "
+            f"training step geomean {train}")
+
+
 def backend_cells(res: dict, backends, eager_t, label: str, errors: list,
                   passed) -> tuple[list, dict]:
     """One case's row cells per backend (ok, speed-up, compile s); records errors and passes

@@ -209,15 +209,8 @@ def run(quick: bool = False, models: str | None = None) -> BenchResult:
                     rows.append(row)
     notes = []
     for b in backends:
-        def g(mode, precision, b=b):
-            return speedups.get((b, mode, precision), [])
-        notes.append(
-            f"{b}: {passed[b]}/{total} runs compile and match eager; inference geomean "
-            f"AMP {zoo._geomean(g('inference', 'amp')):.2f}x, float32 "
-            f"{zoo._geomean(g('inference', 'float32')):.2f}x, headline 0.75 x AMP + 0.25 x "
-            f"float32 = {zoo.headline(g('inference', 'amp'), g('inference', 'float32')):.2f}x; "
-            f"training step geomean AMP {zoo._geomean(g('training', 'amp')):.2f}x, float32 "
-            f"{zoo._geomean(g('training', 'float32')):.2f}x")
+        notes.append(zoo.suite_summary(b, passed[b], total, speedups,
+                                       training=("amp", "float32"), label=""))
     notes.append(f"device {device}; AMP = torch.autocast({device!r}, bfloat16 on CPU); "
                  "accuracy and timing rules of the default zoo (tolerances "
                  + ", ".join(f"{p} {m} {t:g}" for (p, m), t in zoo.TOLERANCE.items()) + ")")
