@@ -101,8 +101,9 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
     if output_log.isEnabledFor(logging.INFO):
         output_log.info("generated C++ kernels:\n%s\nC++ wrapper:\n%s", kernels_tu, wrapper_tu)
     headers = {"cpp_wrapper_prelude.h": cpp_wrapper.prelude()}
-    library = build.build_library(kernels_tu, wrapper_tu, headers, {**options,
-                                                                     "cpu_isa": level})
+    runtime = ("cpp_wrapper_runtime.cpp", cpp_wrapper.runtime())
+    library = build.build_library(kernels_tu, wrapper_tu, headers, runtime,
+                                  {**options, "cpu_isa": level})
     meta = package.Metadata(
         ember_version=__version__, torch_version=torch.__version__, isa=level,
         isa_needs=sorted(isa.LEVELS[level].needs) if level in isa.LEVELS else [],
@@ -116,7 +117,8 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
         fd, path = tempfile.mkstemp(suffix=".pt2", prefix="ember-aot-")
         os.close(fd)
     package.write(path, meta, library, blob,
-                  {"kernels.cpp": kernels_tu, "wrapper.cpp": wrapper_tu, **headers})
+                  {"kernels.cpp": kernels_tu, "wrapper.cpp": wrapper_tu, **headers,
+                   runtime[0]: runtime[1]})
     log.info("package %s: %d kernels, %d externs, %d bytes of library", path,
              len(lowered.kernels), len(steps) - len(lowered.kernels), len(library))
     return path

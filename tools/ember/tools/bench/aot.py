@@ -132,7 +132,7 @@ def run(quick: bool = False) -> BenchResult:
         "both packages are built from the same torch.export program with a dynamic batch "
         "dimension (1..64); compile s includes loading the package once.",
         "load ms: the loader call alone in a new process that has already imported torch.",
-        "ember's compile time counts a cold build of the wrapper's precompiled ATen header "
-        "only on a machine's first package (cached after).",
+        "ember's compile time counts the build of its packages' ATen runtime "
+        "(cpp_wrapper_runtime.cpp) only on a machine's first package (cached after).",
     ]
     return result

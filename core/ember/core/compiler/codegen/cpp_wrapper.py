@@ -1,9 +1,8 @@
 """The C++ renderer of a wrapper plan (``codegen/wrapper.py``), for ahead-of-time packages.
 
-It spells the same steps as the Python wrapper in C++ against ATen: sizes bound from the
-inputs, ``at::detail::empty_strided_cpu`` allocations, our kernels called with data pointers,
-extern ATen ops called boxed through the dispatcher (any registered op, no per-op code), and
-one C entry the loaders call::
+It spells the same steps as the Python wrapper in C++: sizes bound from the inputs, buffers
+allocated, our kernels called with data pointers, extern ATen ops called boxed through the
+dispatcher (any registered op, no per-op code), and one C entry the loaders call::
 
     int <entry>(void* const* args, void** outputs, char* err, int64_t err_len);
 
@@ -11,7 +10,8 @@ one C entry the loaders call::
 ``outputs`` receive ``new at::Tensor`` objects the caller owns. The status is 0, or one of
 ``BadInput`` (1), ``Failed`` (2), ``IndexError`` (3) with a message in ``err``. The inputs
 the caller supplies are checked first (device, dtype, rank, static sizes, dynamic ranges).
-"""
+The wrapper sees only ``cpp_wrapper_prelude.h`` (no ATen header); every call into ATen goes
+through ``cpp_wrapper_runtime.cpp``, built once per machine."""
 
 from __future__ import annotations
 
@@ -39,17 +39,17 @@ from ember.core.compiler.codegen.wrapper import (
 )
 from ember.core.compiler.ir import StridedView, Unsupported
 
-# dtype -> c10::ScalarType enumerator
+# dtype -> the prelude's ``ember_aot::Dtype`` enumerator (c10::ScalarType's values)
 SCALAR_TYPES = {
-    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
-    torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
-    torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool",
-    torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+    torch.float32: "kFloat", torch.float64: "kDouble", torch.float16: "kHalf",
+    torch.bfloat16: "kBFloat16", torch.int64: "kLong", torch.int32: "kInt", torch.int16: "kShort",
+    torch.int8: "kChar", torch.uint8: "kByte", torch.bool: "kBool",
+    torch.complex64: "kComplexFloat", torch.complex128: "kComplexDouble",
 }
-_LAYOUTS = {torch.strided: "c10::Layout::Strided"}
-_MEMORY_FORMATS = {torch.contiguous_format: "c10::MemoryFormat::Contiguous",
-                   torch.channels_last: "c10::MemoryFormat::ChannelsLast",
-                   torch.preserve_format: "c10::MemoryFormat::Preserve"}
+_LAYOUTS = {torch.strided: "ember_aot::kStrided"}
+_MEMORY_FORMATS = {torch.contiguous_format: "ember_aot::kContiguousFormat",
+                   torch.channels_last: "ember_aot::kChannelsLast",
+                   torch.preserve_format: "ember_aot::kPreserveFormat"}
 
 
 def _enum(a) -> str | None:
@@ -78,15 +78,23 @@ class InputSpec:
 
 
 def prelude() -> str:
-    """``cpp_wrapper_prelude.h`` (package data), included by every generated wrapper."""
+    """``cpp_wrapper_prelude.h`` (package data), included by every generated wrapper: a tensor
+    handle and the calls a wrapper makes, declared without ATen's headers."""
     return resources.files("ember.core.compiler.codegen").joinpath(
         "cpp_wrapper_prelude.h").read_text()
+
+
+def runtime() -> str:
+    """``cpp_wrapper_runtime.cpp`` (package data): the prelude's bodies, on ATen; built once
+    per machine and linked into every package."""
+    return resources.files("ember.core.compiler.codegen").joinpath(
+        "cpp_wrapper_runtime.cpp").read_text()
 
 
 def scalar_type(dtype: torch.dtype) -> str:
     if dtype not in SCALAR_TYPES:
         raise Unsupported(f"dtype {dtype} has no ahead-of-time spelling")
-    return f"c10::ScalarType::{SCALAR_TYPES[dtype]}"
+    return f"ember_aot::{SCALAR_TYPES[dtype]}"
 
 
 def _ints(xs) -> str:
@@ -125,37 +133,38 @@ class CppWrapper:
         return (f"ember_aot::view({a.buf.name}, {_ints(a.size)}, {_ints(a.stride)}, "
                 f"{cpp_index(a.offset)})")
 
-    def _ivalue(self, a, typ) -> str:
+    def _push(self, a, typ) -> str:
+        """``a`` as one ``ember_aot::Call`` push, spelled for the schema type ``typ``."""
         kind = typ.kind()
         if kind == "OptionalType":
-            return "c10::IValue()" if a is None else self._ivalue(a, typ.getElementType())
+            return ".none()" if a is None else self._push(a, typ.getElementType())
         if a is None:
-            return "c10::IValue()"
+            return ".none()"
         if kind == "TensorType":
-            return f"c10::IValue({self._tensor(a)})"
+            return f".tensor({self._tensor(a)})"
         enum = _enum(a)  # TorchScript spells ScalarType, Layout and MemoryFormat as int
         if enum is not None and kind in ("IntType", "ScalarTypeType", "LayoutType",
                                          "MemoryFormatType"):
-            return f"c10::IValue(static_cast<int64_t>({enum}))"
+            return f".i({enum})"
         if kind in ("IntType", "SymIntType"):
-            return f"c10::IValue(static_cast<int64_t>({self._int(a)}))"
+            return f".i({self._int(a)})"
         if kind == "FloatType":
-            return f"c10::IValue({self._float(a)})"
+            return f".f({self._float(a)})"
         if kind == "BoolType":
-            return f"c10::IValue({'true' if a else 'false'})"
+            return f".b({'true' if a else 'false'})"
         if kind == "NumberType":  # a Scalar
             if isinstance(a, bool):
-                return f"c10::IValue({'true' if a else 'false'})"
+                return f".b({'true' if a else 'false'})"
             if isinstance(a, int) or (isinstance(a, sympy.Expr) and a.is_integer):
-                return f"c10::IValue(static_cast<int64_t>({self._int(a)}))"
-            return f"c10::IValue({self._float(a)})"
+                return f".i({self._int(a)})"
+            return f".f({self._float(a)})"
         if kind == "StringType":
-            return f"c10::IValue(std::string({_c_string(a)}))"
+            return f".str({_c_string(a)})"
         if kind == "DeviceObjType":
             dev = torch.device(a)
             if dev.type != "cpu":
                 raise Unsupported(f"ahead-of-time packages run on CPU; an op asks for {dev}")
-            return 'c10::IValue(c10::Device("cpu"))'
+            return ".cpu()"
         if kind == "ListType":
             return self._list(a, typ.getElementType())
         raise Unsupported(f"argument {a!r} of type {typ} has no ahead-of-time spelling")
@@ -163,19 +172,17 @@ class CppWrapper:
     def _list(self, items, elem) -> str:
         kind = elem.kind()
         if kind in ("IntType", "SymIntType"):
-            return f"c10::IValue(c10::List<int64_t>({{{', '.join(self._int(x) for x in items)}}}))"
+            return f".ints({{{', '.join(self._int(x) for x in items)}}})"
         if kind == "FloatType":
-            return f"c10::IValue(c10::List<double>({{{', '.join(self._float(x) for x in items)}}}))"
+            return f".floats({{{', '.join(self._float(x) for x in items)}}})"
         if kind == "BoolType":
-            inner = ", ".join("true" if x else "false" for x in items)
-            return f"c10::IValue(c10::List<bool>({{{inner}}}))"
+            return f".bools({{{', '.join('true' if x else 'false' for x in items)}}})"
         if kind == "TensorType":
-            inner = ", ".join(self._tensor(x) for x in items)
-            return f"c10::IValue(c10::List<at::Tensor>({{{inner}}}))"
+            return f".tensors({{{', '.join(self._tensor(x) for x in items)}}})"
         if kind == "OptionalType" and elem.getElementType().kind() == "TensorType":
-            inner = ", ".join("std::optional<at::Tensor>()" if x is None else
-                              f"ember_aot::some({self._tensor(x)})" for x in items)
-            return f"c10::IValue(c10::List<std::optional<at::Tensor>>({{{inner}}}))"
+            inner = ", ".join("ember_aot::Tensor()" if x is None else self._tensor(x)
+                              for x in items)
+            return f".optional_tensors({{{inner}}})"
         raise Unsupported(f"list argument of {elem} has no ahead-of-time spelling")
 
     @staticmethod
@@ -203,7 +210,7 @@ class CppWrapper:
         body = "\n".join("  " + ln for ln in self.lines)
         checks = "\n".join("  " + ln for ln in self._input_checks())
         decls = "\n".join(self.decls.values())
-        consts = "".join(f"  at::Tensor {name} = *args[{self.n_args + i}];\n"
+        consts = "".join(f"  ember_aot::Tensor {name} = ember_aot::arg(args, {self.n_args + i});\n"
                          for i, name in enumerate(self.constants))
         return f"""#include "cpp_wrapper_prelude.h"
 
@@ -211,30 +218,22 @@ extern "C" {{
 {decls}
 }}
 
-static std::vector<at::Tensor> ember_graph(at::Tensor* const* args) {{
+static void ember_graph(void* const* args, void** outputs) {{
 {checks}
 {consts}{body}
 }}
 
-extern "C" int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) {{
-  try {{
-    std::vector<at::Tensor> outs = ember_graph(reinterpret_cast<at::Tensor* const*>(args));
-    for (size_t i = 0; i < outs.size(); ++i) outputs[i] = new at::Tensor(std::move(outs[i]));
-    return ember_aot::kOk;
-  }} catch (const ember_aot::BadInput& e) {{
-    return ember_aot::report(e.what(), err, err_len, ember_aot::kBadInput);
-  }} catch (const ember_aot::IndexOutOfRange& e) {{
-    return ember_aot::report(e.what(), err, err_len, ember_aot::kIndexError);
-  }} catch (const std::exception& e) {{
-    return ember_aot::report(e.what(), err, err_len, ember_aot::kFailed);
-  }}
+extern "C" __attribute__((visibility("default")))
+int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) {{
+  return ember_aot::run_graph(ember_graph, args, outputs, err, err_len);
 }}
 """
 
     def _input_checks(self) -> list[str]:
         out, bound = [], {}
         for spec in self.inputs:
-            t, name = f"(*args[{spec.pos}])", _c_string(spec.name)
+            t, name = f"in{spec.pos}", _c_string(spec.name)
+            out.append(f"const ember_aot::Tensor {t} = ember_aot::arg(args, {spec.pos});")
             out.append(f"ember_aot::expect_rank({t}, {name}, {len(spec.size)});")
             out.append(f"ember_aot::expect_dtype({t}, {name}, {scalar_type(spec.dtype)});")
             for d, s in enumerate(spec.size):
@@ -257,7 +256,7 @@ extern "C" int {self.entry}(void* const* args, void** outputs, char* err, int64_
         return out
 
     def _BindInput(self, s: BindInput):
-        self.lines.append(f"at::Tensor {s.name} = *args[{s.pos}];")
+        self.lines.append(f"ember_aot::Tensor {s.name} = ember_aot::arg(args, {s.pos});")
 
     def _BindSize(self, s: BindSize):
         self.lines.append(f"const int64_t {s.sym.name} = {s.buf.name}.{s.what}({s.dim});")
@@ -272,11 +271,11 @@ extern "C" int {self.entry}(void* const* args, void** outputs, char* err, int64_
                               f"{_ints(b.stride)});")
 
     def _Alias(self, s: Alias):
-        self.lines.append(f"at::Tensor {s.name} = {s.src};  // {s.why}")
+        self.lines.append(f"ember_aot::Tensor {s.name} = {s.src};  // {s.why}")
 
     def _Alloc(self, s: Alloc):
         b = s.buf
-        self.lines.append(f"at::Tensor {b.name} = ember_aot::empty({_ints(b.size)}, "
+        self.lines.append(f"ember_aot::Tensor {b.name} = ember_aot::empty({_ints(b.size)}, "
                           f"{_ints(b.stride)}, {scalar_type(b.dtype)});")
 
     def _CallKernel(self, s: CallKernel):
@@ -285,7 +284,7 @@ extern "C" int {self.entry}(void* const* args, void** outputs, char* err, int64_
             if a.kind is ArgKind.POINTER:
                 ctype = cpp.CTYPES[self.buffers[a.value].dtype]
                 params.append(f"{ctype}*")
-                args.append(f"static_cast<{ctype}*>({a.value}.data_ptr())")
+                args.append(f"static_cast<{ctype}*>({a.value}.data())")
             elif a.kind is ArgKind.SIZE:
                 params.append("int64_t")
                 args.append(cpp_index(a.value))
@@ -311,7 +310,7 @@ extern "C" int {self.entry}(void* const* args, void** outputs, char* err, int64_
         step = s.step
         handle = self._op_handle(step.op)
         schema = step.op._schema
-        values = []
+        pushes = []
         for i, arg in enumerate(schema.arguments):
             if i < len(step.args):
                 v = step.args[i]
@@ -321,35 +320,37 @@ extern "C" int {self.entry}(void* const* args, void** outputs, char* err, int64_
                 v = arg.default_value
             else:
                 raise Unsupported(f"{schema.name}: argument {arg.name!r} is missing")
-            values.append(self._ivalue(v, arg.type))
+            pushes.append(self._push(v, arg.type))
         self.tmp += 1
-        st = f"st{self.tmp}"
-        self.lines.append(f"static const c10::OperatorHandle {handle}_{self.tmp} = "
+        call = f"call{self.tmp}"
+        self.lines.append(f"static void* const {handle}_{self.tmp} = "
                           f"ember_aot::op({_c_string(schema.name)}, "
                           f"{_c_string(schema.overload_name)});")
-        self.lines.append(f"std::vector<c10::IValue> {st};")
-        self.lines.append(f"{st}.reserve({max(len(values), len(schema.returns))});")
-        for v in values:
-            self.lines.append(f"{st}.emplace_back({v});")
-        self.lines.append(f"{handle}_{self.tmp}.callBoxed(&{st});  // {step.op}")
+        self.lines.append(f"ember_aot::Call {call}({handle}_{self.tmp});")
+        if pushes:
+            self.lines.append(f"{call}{''.join(pushes)};")
+        self.lines.append(f"{call}.run();  // {step.op}, boxed")
         for k, b in enumerate(step.outs):
             if b is None:
                 continue
             if step.out_tree == "list":
-                got = f"{st}[0].toTensorVector()[{k}]"
+                got = f"{call}.out_list({k})"
             else:
-                got = f"{st}[{0 if step.out_tree == 'single' else k}].toTensor()"
+                got = f"{call}.out({0 if step.out_tree == 'single' else k})"
             if b.size:
                 got = f"ember_aot::fix({got}, {_ints(b.size)}, {_ints(b.stride)})"
-            self.lines.append(f"at::Tensor {b.name} = {got};")
+            self.lines.append(f"ember_aot::Tensor {b.name} = {got};")
 
     def _Check(self, s: Check):
-        self.lines.append(f"if ({self._tensor(s.flag)}.item<bool>()) throw "
-                          f"ember_aot::IndexOutOfRange({_c_string(s.message)});")
+        self.lines.append(f"ember_aot::check_index({self._tensor(s.flag)}, "
+                          f"{_c_string(s.message)});")
 
     def _Return(self, s: Return):
-        outs = ["at::Tensor()" if o is None else self._tensor(o) for o in s.outputs]
-        self.lines.append(f"return {{{', '.join(outs)}}};")
+        for i, o in enumerate(s.outputs):  # every output made before any is handed out
+            out = "ember_aot::Tensor()" if o is None else self._tensor(o)
+            self.lines.append(f"ember_aot::Tensor out{i} = {out};")
+        for i in range(len(s.outputs)):
+            self.lines.append(f"outputs[{i}] = ember_aot::release(out{i});")
 
 
 def _c_string(s: str) -> str:

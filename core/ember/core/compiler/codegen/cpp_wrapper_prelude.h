@@ -1,116 +1,109 @@
-// What every generated C++ wrapper (ahead-of-time packages) starts with: ATen's tensor and
-// dispatcher, the error kinds its C entry reports, and the few helpers the wrapper calls.
+// What every generated C++ wrapper (ahead-of-time packages) starts with: a tensor handle and
+// the calls a wrapper makes, declared without ATen's headers. Their bodies
+// (cpp_wrapper_runtime.cpp) use ATen and the dispatcher; they are built once per machine and
+// linked into every package, so a wrapper itself compiles in a fraction of a second.
 #pragma once
-#include <ATen/EmptyTensor.h>
-#include <ATen/core/Tensor.h>
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/core/ivalue.h>
-#include <c10/core/ScalarType.h>
-
 #include <cstdint>
-#include <cstring>
-#include <limits>
-#include <optional>
-#include <stdexcept>
-#include <string>
-#include <vector>
+#include <initializer_list>
 
 namespace ember_aot {
 
-// A caller's input that does not match the package (dtype, rank, size, device).
-struct BadInput : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
+// c10::ScalarType, c10::Layout and c10::MemoryFormat values (the runtime checks them).
+enum Dtype : int64_t {
+  kByte = 0, kChar = 1, kShort = 2, kInt = 3, kLong = 4, kHalf = 5, kFloat = 6, kDouble = 7,
+  kComplexFloat = 9, kComplexDouble = 10, kBool = 11, kBFloat16 = 15,
 };
-// An index tensor held a value out of range (the JIT wrapper raises IndexError).
-struct IndexOutOfRange : std::out_of_range {
-  using std::out_of_range::out_of_range;
-};
+enum Layout : int64_t { kStrided = 0 };
+enum MemoryFormat : int64_t { kContiguousFormat = 0, kPreserveFormat = 1, kChannelsLast = 2 };
 
-// C entry status codes (the loaders turn them into their own exceptions).
-enum Status : int { kOk = 0, kBadInput = 1, kFailed = 2, kIndexError = 3 };
+void incref(void* impl);
+void decref(void* impl);
 
-inline int report(const char* what, char* err, int64_t err_len, int status) {
-  if (err != nullptr && err_len > 0) {
-    std::strncpy(err, what, static_cast<size_t>(err_len - 1));
-    err[err_len - 1] = '\0';
+// One owned reference to an at::Tensor's implementation; null is an undefined tensor.
+class Tensor {
+ public:
+  Tensor() = default;
+  static Tensor adopt(void* impl) {
+    Tensor t;
+    t.impl_ = impl;
+    return t;
   }
-  return status;
-}
+  Tensor(const Tensor& o) : impl_(o.impl_) {
+    if (impl_ != nullptr) incref(impl_);
+  }
+  Tensor(Tensor&& o) noexcept : impl_(o.impl_) { o.impl_ = nullptr; }
+  Tensor& operator=(Tensor o) noexcept {
+    void* mine = impl_;
+    impl_ = o.impl_;
+    o.impl_ = mine;
+    return *this;
+  }
+  ~Tensor() {
+    if (impl_ != nullptr) decref(impl_);
+  }
+  void* impl() const { return impl_; }
+  void* data() const;
+  int64_t size(int64_t dim) const;
+  int64_t stride(int64_t dim) const;
 
-inline const char* dtype_name(c10::ScalarType t) { return c10::toString(t); }
+ private:
+  void* impl_ = nullptr;
+};
 
+using Ints = std::initializer_list<int64_t>;
+
+Tensor arg(void* const* args, int64_t i);  // the at::Tensor* the loader passed at ``i``
+void* release(Tensor t);                   // a new at::Tensor the caller owns
 // ``t`` laid out with ``stride``: a copy only when a dimension longer than 1 disagrees.
-inline at::Tensor fix(const at::Tensor& t, c10::IntArrayRef size, c10::IntArrayRef stride) {
-  auto have = t.strides();
-  bool same = true;
-  for (size_t d = 0; d < size.size(); ++d) {
-    if (size[d] != 1 && have[d] != stride[d]) same = false;
-  }
-  if (same) return t;
-  at::Tensor out = at::detail::empty_strided_cpu(size, stride, t.scalar_type());
-  out.copy_(t);
-  return out;
-}
-
+Tensor fix(const Tensor& t, Ints size, Ints stride);
 // A view with ``offset`` counted from ``t``'s first element (``t`` may itself be a view).
-inline at::Tensor view(const at::Tensor& t, c10::IntArrayRef size, c10::IntArrayRef stride,
-                       int64_t offset) {
-  return t.as_strided(size, stride, t.storage_offset() + offset);
-}
-
-inline at::Tensor empty(c10::IntArrayRef size, c10::IntArrayRef stride, c10::ScalarType t) {
-  return at::detail::empty_strided_cpu(size, stride, t);
-}
-
-inline c10::OperatorHandle op(const char* name, const char* overload) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
-}
-
-inline std::optional<at::Tensor> some(const at::Tensor& t) { return t; }
+Tensor view(const Tensor& t, Ints size, Ints stride, int64_t offset);
+Tensor empty(Ints size, Ints stride, Dtype dtype);
+// Raises the JIT wrapper's IndexError (status kIndexError) when ``flag`` holds true.
+void check_index(const Tensor& flag, const char* message);
 
 // Input checks: what was expected, named after the input.
-inline void expect_dtype(const at::Tensor& t, const char* name, c10::ScalarType want) {
-  if (t.scalar_type() != want) {
-    throw BadInput(std::string("input '") + name + "': expected dtype " + dtype_name(want) +
-                   ", got " + dtype_name(t.scalar_type()));
-  }
-}
+void expect_rank(const Tensor& t, const char* name, int64_t rank);
+void expect_dtype(const Tensor& t, const char* name, Dtype want);
+void expect_size(const Tensor& t, const char* name, int64_t dim, int64_t want);
+void expect_range(int64_t got, const char* name, int64_t dim, const char* sym, int64_t lo,
+                  int64_t hi);
+void expect_equal(int64_t got, int64_t want, const char* name, int64_t dim, const char* sym);
 
-inline void expect_rank(const at::Tensor& t, const char* name, int64_t rank) {
-  if (!t.defined()) throw BadInput(std::string("input '") + name + "' is not a tensor");
-  if (!t.device().is_cpu()) {
-    throw BadInput(std::string("input '") + name + "': expected a CPU tensor, got one on " +
-                   t.device().str());
-  }
-  if (t.dim() != rank) {
-    throw BadInput(std::string("input '") + name + "': expected " + std::to_string(rank) +
-                   " dimensions, got " + std::to_string(t.dim()));
-  }
-}
+void* op(const char* name, const char* overload);  // a dispatcher handle, found once
 
-inline void expect_size(const at::Tensor& t, const char* name, int64_t dim, int64_t want) {
-  if (t.size(dim) != want) {
-    throw BadInput(std::string("input '") + name + "': dimension " + std::to_string(dim) +
-                   " must be " + std::to_string(want) + ", got " + std::to_string(t.size(dim)));
-  }
-}
+// Runs a wrapper's graph, turning what it throws into the C entry's status and message:
+// kOk, kBadInput (an input that does not match the package), kIndexError, kFailed.
+int run_graph(void (*graph)(void* const* args, void** outputs), void* const* args,
+              void** outputs, char* err, int64_t err_len);
 
-inline void expect_range(int64_t got, const char* name, int64_t dim, const char* sym,
-                         int64_t lo, int64_t hi) {
-  if (got < lo || got > hi) {
-    throw BadInput(std::string("input '") + name + "': dimension " + std::to_string(dim) +
-                   " (" + sym + ") is " + std::to_string(got) + ", outside the package's range [" +
-                   std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-}
+// One boxed dispatcher call: the arguments pushed in schema order, then ``run``, then the
+// returns read back.
+class Call {
+ public:
+  explicit Call(void* op);
+  ~Call();
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+  Call& tensor(const Tensor& t);
+  Call& none();
+  Call& i(int64_t v);
+  Call& f(double v);
+  Call& b(bool v);
+  Call& str(const char* v);
+  Call& cpu();
+  Call& ints(Ints v);
+  Call& floats(std::initializer_list<double> v);
+  Call& bools(std::initializer_list<bool> v);
+  Call& tensors(std::initializer_list<Tensor> v);
+  Call& optional_tensors(std::initializer_list<Tensor> v);  // null: None
+  void run();
+  Tensor out(int64_t k) const;       // the k-th return
+  Tensor out_list(int64_t k) const;  // element k of the first return, a Tensor[]
 
-inline void expect_equal(int64_t got, int64_t want, const char* name, int64_t dim,
-                         const char* sym) {
-  if (got != want) {
-    throw BadInput(std::string("input '") + name + "': dimension " + std::to_string(dim) +
-                   " must equal " + sym + " = " + std::to_string(want) + " (bound by an " +
-                   "earlier input), got " + std::to_string(got));
-  }
-}
+ private:
+  void* op_;
+  void* stack_;
+};
 
 }  // namespace ember_aot

@@ -228,26 +228,27 @@ def torch_flags() -> tuple[list[str], list[str]]:
     return cflags, lflags
 
 
-def _precompiled(header: str, text: str, cmd: list[str]) -> str | None:
-    """A cached precompiled ``header`` for compiles run with ``cmd``'s flags (the ATen headers
-    cost seconds per wrapper otherwise), checked against its digest; None if g++ refuses."""
+def _runtime_object(name: str, text: str, headers: dict[str, str], cmd: list[str]) -> str:
+    """The cached object of a package's ATen runtime ``name`` (its ATen headers cost seconds
+    to parse; it is built once per machine, compiler and flags), checked against its digest."""
     global builds
     cxx, version = compiler()
-    k = cache.key(text, " ".join(cmd), cxx, version)
-    target = cache.entry(k, ".gch")
+    k = cache.key(text, *headers.values(), " ".join(cmd), cxx, version)
+    target = cache.entry(k, ".o")
     if target.exists() and _check_entry(target, k) is None:
         return str(target)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        with open(os.path.join(tmp, header), "w") as f:
-            f.write(text)
-        out = os.path.join(tmp, "h.gch")
-        proc = subprocess.run([*cmd, "-x", "c++-header", header, "-o", out], cwd=tmp,
-                              capture_output=True, text=True)
+        for file, body in {**headers, name: text}.items():
+            with open(os.path.join(tmp, file), "w") as f:
+                f.write(body)
+        out = os.path.join(tmp, "runtime.o")
+        proc = subprocess.run([*cmd, "-c", name, "-o", out], cwd=tmp, capture_output=True,
+                              text=True)
         builds += 1
         if proc.returncode != 0:
-            log.info("no precompiled %s (%s)", header, proc.stderr[-500:])
-            return None
-        digest = os.path.join(tmp, "h.sha256")
+            raise BuildError(f"{cxx} failed on the packages' runtime {name}:\n"
+                             f"{proc.stderr[-4000:]}")
+        digest = os.path.join(tmp, "runtime.sha256")
         with open(digest, "w") as f:
             f.write(_digest(out))
         os.replace(digest, target.with_suffix(".sha256"))
@@ -256,33 +257,29 @@ def _precompiled(header: str, text: str, cmd: list[str]) -> str | None:
 
 
 def build_library(kernels: str, wrapper: str, headers: dict[str, str],
-                  options: dict | None = None) -> bytes:
-    """Compile an ahead-of-time package's kernels (as the JIT builds them) and its ATen
-    wrapper in parallel, link them against libtorch, and return the library's bytes.
-
-    The first header in ``headers`` is the wrapper's prelude: it is precompiled once per
-    machine and flags (cached), since parsing ATen's headers dominates the wrapper's build."""
+                  runtime: tuple[str, str], options: dict | None = None) -> bytes:
+    """Compile an ahead-of-time package's kernels (as the JIT builds them) and its wrapper in
+    parallel, link them with the ATen runtime ``runtime`` (file name, source; built once and
+    cached) against libtorch, and return the library's bytes."""
     global builds
     cxx, _ = compiler()
     level_flags = isa.flags(isa.selected(options))
     cflags, lflags = torch_flags()
     base = [f for f in BASE_FLAGS if f != "-shared"]
-    # -Og: the wrapper only sequences calls into ATen and our kernels; it builds in half
-    # the time of -O1 (its IValue code dominates) and runs as fast
-    wrapper_cmd = [cxx, "-Og", *level_flags, "-fPIC", "-std=c++17", "-w", *cflags]
+    runtime_o = _runtime_object(*runtime, headers,
+                                [cxx, "-O2", "-fPIC", "-fvisibility=hidden", "-std=c++17", "-w",
+                                 *cflags])
     with tempfile.TemporaryDirectory(prefix="ember-aot-") as tmp:
         for file, text in {**headers, "kernels.cpp": kernels, "wrapper.cpp": wrapper}.items():
             with open(os.path.join(tmp, file), "w") as f:
                 f.write(text)
-        if headers:
-            prelude = next(iter(headers))
-            pch = _precompiled(prelude, headers[prelude], wrapper_cmd)
-            if pch is not None:
-                os.symlink(pch, os.path.join(tmp, prelude + ".gch"))
         jobs = {
             "kernels": [cxx, base[0], *level_flags, *base[1:], "-c", "kernels.cpp",
                         "-o", "kernels.o"],
-            "wrapper": [*wrapper_cmd, "-c", "wrapper.cpp", "-o", "wrapper.o"],
+            # the wrapper only sequences calls into the runtime and our kernels (no ATen
+            # header, no loops): optimizing it costs seconds on a large model and saves nothing
+            "wrapper": [cxx, "-O0", "-fPIC", "-fvisibility=hidden", "-std=c++17", "-w",
+                        "-c", "wrapper.cpp", "-o", "wrapper.o"],
         }
         procs = {k: subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
@@ -292,7 +289,7 @@ def build_library(kernels: str, wrapper: str, headers: dict[str, str],
             if proc.returncode != 0:
                 raise BuildError(f"{cxx} failed on the package's {name}:\n{err[-4000:]}")
         libs = ["-lmvec"] if has_libmvec() else []
-        proc = subprocess.run([cxx, "-shared", "-fopenmp", "kernels.o", "wrapper.o",
+        proc = subprocess.run([cxx, "-shared", "-fopenmp", "kernels.o", "wrapper.o", runtime_o,
                                "-o", "model.so", *lflags, *libs], cwd=tmp,
                               capture_output=True, text=True)
         builds += 1

@@ -1,0 +1,249 @@
+// The bodies of cpp_wrapper_prelude.h: the only part of an ahead-of-time package that sees
+// ATen's headers. Built once per machine and compiler flags (cached), linked into every package.
+#include "cpp_wrapper_prelude.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace ember_aot {
+
+// C entry status codes (the loaders turn them into their own exceptions).
+enum Status : int { kOk = 0, kBadInput = 1, kFailed = 2, kIndexError = 3 };
+
+// A caller's input that does not match the package (dtype, rank, size, device).
+struct BadInput : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+// An index tensor held a value out of range (the JIT wrapper raises IndexError).
+struct IndexOutOfRange : std::out_of_range {
+  using std::out_of_range::out_of_range;
+};
+
+static_assert(kFloat == static_cast<int64_t>(c10::ScalarType::Float), "ScalarType codes");
+static_assert(kBFloat16 == static_cast<int64_t>(c10::ScalarType::BFloat16), "ScalarType codes");
+static_assert(kBool == static_cast<int64_t>(c10::ScalarType::Bool), "ScalarType codes");
+static_assert(kComplexDouble == static_cast<int64_t>(c10::ScalarType::ComplexDouble),
+              "ScalarType codes");
+static_assert(kStrided == static_cast<int64_t>(c10::Layout::Strided), "Layout codes");
+static_assert(kChannelsLast == static_cast<int64_t>(c10::MemoryFormat::ChannelsLast),
+              "MemoryFormat codes");
+static_assert(kPreserveFormat == static_cast<int64_t>(c10::MemoryFormat::Preserve),
+              "MemoryFormat codes");
+
+namespace {
+
+c10::TensorImpl* impl_of(const Tensor& t) { return static_cast<c10::TensorImpl*>(t.impl()); }
+
+// A new reference to ``t`` as an at::Tensor (undefined for a null handle).
+at::Tensor aten(const Tensor& t) {
+  if (t.impl() == nullptr) return at::Tensor();
+  return at::Tensor(c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim_copy(
+      impl_of(t)));
+}
+
+Tensor handle(at::Tensor t) {
+  if (!t.defined()) return Tensor();
+  return Tensor::adopt(t.unsafeReleaseTensorImpl());
+}
+
+std::vector<c10::IValue>& stack_of(void* s) { return *static_cast<std::vector<c10::IValue>*>(s); }
+
+const char* dtype_name(int64_t t) { return c10::toString(static_cast<c10::ScalarType>(t)); }
+
+}  // namespace
+
+void incref(void* impl) { c10::raw::intrusive_ptr::incref(static_cast<c10::TensorImpl*>(impl)); }
+void decref(void* impl) { c10::raw::intrusive_ptr::decref(static_cast<c10::TensorImpl*>(impl)); }
+
+void* Tensor::data() const { return impl_of(*this)->mutable_data(); }
+int64_t Tensor::size(int64_t dim) const { return impl_of(*this)->size(dim); }
+int64_t Tensor::stride(int64_t dim) const { return impl_of(*this)->stride(dim); }
+
+Tensor arg(void* const* args, int64_t i) { return handle(*static_cast<at::Tensor*>(args[i])); }
+
+void* release(Tensor t) { return new at::Tensor(aten(t)); }
+
+Tensor fix(const Tensor& t, Ints size, Ints stride) {
+  c10::IntArrayRef want(stride.begin(), stride.size());
+  auto have = impl_of(t)->strides();
+  const int64_t* sz = size.begin();
+  bool same = true;
+  for (size_t d = 0; d < size.size(); ++d) {
+    if (sz[d] != 1 && have[d] != want[d]) same = false;
+  }
+  if (same) return t;
+  at::Tensor out = at::detail::empty_strided_cpu(c10::IntArrayRef(size.begin(), size.size()),
+                                                 want, c10::typeMetaToScalarType(impl_of(t)->dtype()));
+  out.copy_(aten(t));
+  return handle(std::move(out));
+}
+
+Tensor view(const Tensor& t, Ints size, Ints stride, int64_t offset) {
+  at::Tensor base = aten(t);
+  return handle(base.as_strided(c10::IntArrayRef(size.begin(), size.size()),
+                                c10::IntArrayRef(stride.begin(), stride.size()),
+                                base.storage_offset() + offset));
+}
+
+Tensor empty(Ints size, Ints stride, Dtype dtype) {
+  return handle(at::detail::empty_strided_cpu(c10::IntArrayRef(size.begin(), size.size()),
+                                              c10::IntArrayRef(stride.begin(), stride.size()),
+                                              static_cast<c10::ScalarType>(dtype)));
+}
+
+void check_index(const Tensor& flag, const char* message) {
+  if (aten(flag).item<bool>()) throw IndexOutOfRange(message);
+}
+
+namespace {
+int report(const char* what, char* err, int64_t err_len, int status) {
+  if (err != nullptr && err_len > 0) {
+    std::strncpy(err, what, static_cast<size_t>(err_len - 1));
+    err[err_len - 1] = '\0';
+  }
+  return status;
+}
+}  // namespace
+
+int run_graph(void (*graph)(void* const* args, void** outputs), void* const* args,
+              void** outputs, char* err, int64_t err_len) {
+  try {
+    graph(args, outputs);
+    return kOk;
+  } catch (const BadInput& e) {
+    return report(e.what(), err, err_len, kBadInput);
+  } catch (const IndexOutOfRange& e) {
+    return report(e.what(), err, err_len, kIndexError);
+  } catch (const std::exception& e) {
+    return report(e.what(), err, err_len, kFailed);
+  }
+}
+
+void expect_rank(const Tensor& t, const char* name, int64_t rank) {
+  if (t.impl() == nullptr) throw BadInput(std::string("input '") + name + "' is not a tensor");
+  const c10::TensorImpl* i = impl_of(t);
+  if (!i->device().is_cpu()) {
+    throw BadInput(std::string("input '") + name + "': expected a CPU tensor, got one on " +
+                   i->device().str());
+  }
+  if (i->dim() != rank) {
+    throw BadInput(std::string("input '") + name + "': expected " + std::to_string(rank) +
+                   " dimensions, got " + std::to_string(i->dim()));
+  }
+}
+
+void expect_dtype(const Tensor& t, const char* name, Dtype want) {
+  auto got = static_cast<int64_t>(c10::typeMetaToScalarType(impl_of(t)->dtype()));
+  if (got != want) {
+    throw BadInput(std::string("input '") + name + "': expected dtype " + dtype_name(want) +
+                   ", got " + dtype_name(got));
+  }
+}
+
+void expect_size(const Tensor& t, const char* name, int64_t dim, int64_t want) {
+  if (t.size(dim) != want) {
+    throw BadInput(std::string("input '") + name + "': dimension " + std::to_string(dim) +
+                   " must be " + std::to_string(want) + ", got " + std::to_string(t.size(dim)));
+  }
+}
+
+void expect_range(int64_t got, const char* name, int64_t dim, const char* sym, int64_t lo,
+                  int64_t hi) {
+  if (got < lo || got > hi) {
+    throw BadInput(std::string("input '") + name + "': dimension " + std::to_string(dim) +
+                   " (" + sym + ") is " + std::to_string(got) + ", outside the package's range [" +
+                   std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+}
+
+void expect_equal(int64_t got, int64_t want, const char* name, int64_t dim, const char* sym) {
+  if (got != want) {
+    throw BadInput(std::string("input '") + name + "': dimension " + std::to_string(dim) +
+                   " must equal " + sym + " = " + std::to_string(want) + " (bound by an " +
+                   "earlier input), got " + std::to_string(got));
+  }
+}
+
+void* op(const char* name, const char* overload) {
+  return new c10::OperatorHandle(c10::Dispatcher::singleton().findSchemaOrThrow(name, overload));
+}
+
+Call::Call(void* op) : op_(op), stack_(new std::vector<c10::IValue>()) {
+  stack_of(stack_).reserve(12);
+}
+Call::~Call() { delete &stack_of(stack_); }
+
+Call& Call::tensor(const Tensor& t) {
+  stack_of(stack_).emplace_back(aten(t));
+  return *this;
+}
+Call& Call::none() {
+  stack_of(stack_).emplace_back();
+  return *this;
+}
+Call& Call::i(int64_t v) {
+  stack_of(stack_).emplace_back(v);
+  return *this;
+}
+Call& Call::f(double v) {
+  stack_of(stack_).emplace_back(v);
+  return *this;
+}
+Call& Call::b(bool v) {
+  stack_of(stack_).emplace_back(v);
+  return *this;
+}
+Call& Call::str(const char* v) {
+  stack_of(stack_).emplace_back(std::string(v));
+  return *this;
+}
+Call& Call::cpu() {
+  stack_of(stack_).emplace_back(c10::Device(c10::DeviceType::CPU));
+  return *this;
+}
+Call& Call::ints(Ints v) {
+  stack_of(stack_).emplace_back(c10::List<int64_t>(c10::ArrayRef<int64_t>(v.begin(), v.size())));
+  return *this;
+}
+Call& Call::floats(std::initializer_list<double> v) {
+  stack_of(stack_).emplace_back(c10::List<double>(c10::ArrayRef<double>(v.begin(), v.size())));
+  return *this;
+}
+Call& Call::bools(std::initializer_list<bool> v) {
+  stack_of(stack_).emplace_back(c10::List<bool>(c10::ArrayRef<bool>(v.begin(), v.size())));
+  return *this;
+}
+Call& Call::tensors(std::initializer_list<Tensor> v) {
+  c10::List<at::Tensor> list;
+  list.reserve(v.size());
+  for (const Tensor& t : v) list.push_back(aten(t));
+  stack_of(stack_).emplace_back(std::move(list));
+  return *this;
+}
+Call& Call::optional_tensors(std::initializer_list<Tensor> v) {
+  c10::List<std::optional<at::Tensor>> list;
+  list.reserve(v.size());
+  for (const Tensor& t : v) {
+    list.push_back(t.impl() == nullptr ? std::optional<at::Tensor>() : aten(t));
+  }
+  stack_of(stack_).emplace_back(std::move(list));
+  return *this;
+}
+
+void Call::run() { static_cast<c10::OperatorHandle*>(op_)->callBoxed(&stack_of(stack_)); }
+
+Tensor Call::out(int64_t k) const { return handle(stack_of(stack_).at(k).toTensor()); }
+
+Tensor Call::out_list(int64_t k) const {
+  return handle(stack_of(stack_).at(0).toTensorVector().at(k));
+}
+
+}  // namespace ember_aot
