@@ -217,6 +217,36 @@ def test_models_match_eager(make, shape, tmp_path):
             _close(loaded(x), model(x), torch.float32)
 
 
+class _ConvHead(nn.Module):
+    """Two convolutions and a 4-D output: the output must keep eager's (NCHW) layout."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x))) + 1
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["channels_last", "plain"])
+def test_convolutions_run_channels_last_and_outputs_keep_eager_layout(on, tmp_path):
+    model = _ConvHead().eval()
+    path = _compile(model, torch.randn(2, 3, 12, 12), tmp_path, f"conv{on}",
+                    options={"channels_last": on})
+    with zipfile.ZipFile(path) as z:
+        wrapper = z.read("source/wrapper.cpp").decode()
+    # the input is copied into NHWC once, as a (s, 12, 12, 3) buffer, only when asked
+    assert ("12, 12, 3}" in wrapper) == on
+    loaded = aot.aot_load(path)
+    with torch.no_grad():
+        for n in (1, 3):
+            x = torch.randn(n, 3, 12, 12)
+            got, want = loaded(x), model(x)
+            _close(got, want, torch.float32)
+            assert got.is_contiguous()
+
+
 class _LengthMask(nn.Module):
     """``mask.to(x.dtype)``: torch.export adds an ``_assert_tensor_metadata`` whose dtype
     argument a TorchScript schema spells as int."""

@@ -18,7 +18,7 @@ from torch.utils import _pytree as pytree
 from ember.core import __version__
 from ember.core.aot import package
 from ember.core.aot.export import export
-from ember.core.compiler import pipeline
+from ember.core.compiler import channels_last, pipeline
 from ember.core.compiler.codegen import cpp, cpp_wrapper, wrapper
 from ember.core.compiler.ir import Unsupported
 from ember.core.compiler.options import check_options
@@ -56,6 +56,8 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
     level = _level(options)
     exported = export(model, example_args, dynamic_shapes)
     gm = exported.gm
+    if options.get("channels_last", True):
+        channels_last.apply(gm)
     try:
         lowered = pipeline.lower(gm, "cpu", inference=True)
     except Unsupported as e:

@@ -44,6 +44,7 @@ from ember.core.logs import get_logger
 log = get_logger("lower")
 _fallback_log = get_logger("fallback")
 _logged_fallbacks: set[str] = set()
+_NODE_VAL = object()  # _extern: the value is the node's own (meta["val"])
 
 # Prims worth storing rather than recomputing when a value has several readers.
 _COSTLY = {"exp", "exp2", "expm1", "log", "log1p", "log2", "tanh", "erf", "erfc", "sigmoid",
@@ -143,6 +144,11 @@ class GraphLowering:
         val = meta_val(node)
         if node.op == "placeholder":
             pos = len(self.inputs)
+            if _is_effect_token(node):
+                # AOTAutograd passes None for an effect token at run time and drops the token
+                # outputs; the token only orders the with_effects calls (see _with_effects)
+                self.inputs.append(None)
+                return None
             if isinstance(val, torch.Tensor):
                 self._check_tensor(val)
                 buf = Buffer(f"arg{pos}", val.dtype, [sym(s) for s in val.shape],
@@ -172,9 +178,9 @@ class GraphLowering:
                 not isinstance(node.target, torch._ops.OpOverload)
                 and isinstance(val, (int, float, bool))):
             return sym(val)
+        if node.target is torch.ops.higher_order.with_effects:
+            return self._with_effects(node)
         if isinstance(node.target, torch._ops.HigherOrderOperator):
-            # with_effects (ordered side effects: linalg's error checks) threads a token an
-            # extern call cannot carry; no HOP has a lowering: the graph runs in eager ATen
             raise Unsupported(f"higher-order op {node.target.name()}: the graph runs in eager")
         args, kwargs = self._arg(node.args), self._arg(node.kwargs)
         target = node.target
@@ -252,10 +258,28 @@ class GraphLowering:
         self.add(Extern(target, args, {}, [out], "single", False, reads))
         return StridedView.of(out)
 
-    def _extern(self, node: FxNode, args, kwargs, fallback: bool):
-        reads: list[Buffer] = []
+    def _with_effects(self, node: FxNode):
+        """``with_effects(token, op, *args)`` (AOTAutograd orders a side-effecting op, such
+        as linalg's error checks, by threading a token) -> ``op`` as an extern call, and the
+        token passed through unchanged, as Inductor unwraps it: externs run in graph order,
+        which is the order the token stands for. Values: ``(token, *op's results)``."""
+        token, op, *op_args = node.args
+        if not isinstance(op, torch._ops.OpOverload):
+            raise Unsupported(f"with_effects of {op}: the graph runs in eager")
+        n_ret = len(op._schema.returns)
+        val = meta_val(node)
+        op_val = () if n_ret == 0 else val[1] if n_ret == 1 else tuple(val[1:])
+        args, kwargs = self._arg(tuple(op_args)), self._arg(node.kwargs)
+        out = self._extern(node, args, kwargs, fallback=not is_extern(op._overloadpacket),
+                           target=op, val=op_val)
+        return (self._arg(token), *([] if n_ret == 0 else [out] if n_ret == 1 else out))
 
-        schema = getattr(node.target, "_schema", None)
+    def _extern(self, node: FxNode, args, kwargs, fallback: bool, target=None, val=_NODE_VAL):
+        """``node``'s op (or ``target``, giving ``val``) as an ATen call at run time."""
+        reads: list[Buffer] = []
+        target = node.target if target is None else target
+
+        schema = getattr(target, "_schema", None)
         pure = schema is not None and not any(
             x.alias_info is not None for x in [*schema.arguments, *schema.returns])
         if schema is not None and not pure:
@@ -279,7 +303,7 @@ class GraphLowering:
             return a
 
         args, kwargs = conv(args), {k: conv(v) for k, v in kwargs.items()}
-        val = meta_val(node)
+        val = meta_val(node) if val is _NODE_VAL else val
         vals = val if isinstance(val, (list, tuple)) else [val]
         outs = []
         for v in vals:
@@ -290,7 +314,7 @@ class GraphLowering:
                 outs.append(None)
         tree = "list" if isinstance(val, list) else "tuple" if isinstance(val, tuple) \
             else "single"
-        self.add(Extern(node.target, args, kwargs, outs, tree, fallback, reads))
+        self.add(Extern(target, args, kwargs, outs, tree, fallback, reads))
         views = [StridedView.of(b) if b is not None else None for b in outs]
         return views if tree != "single" else views[0]
 
@@ -405,22 +429,37 @@ class GraphLowering:
         return v
 
 
+def _is_effect_token(node: FxNode) -> bool:
+    """A placeholder that only feeds ``with_effects`` as its token (AOTAutograd's effect
+    token for a side-effecting op)."""
+    with_effects = torch.ops.higher_order.with_effects
+    return bool(node.users) and all(u.target is with_effects and u.args[0] is node
+                                    for u in node.users)
+
+
 def dense_order(val, rank: int) -> tuple | None:
     """The dims of ``val`` outermost first when it is a dense, non-contiguous tensor of static
-    sizes and ``rank`` dims (channels-last, a stored permutation); None otherwise."""
+    strides and ``rank`` dims (channels-last, a stored permutation); None otherwise. Only the
+    outermost dim's size may be symbolic (a dynamic batch)."""
     if not isinstance(val, torch.Tensor) or val.dim() != rank or rank < 2 or \
             val.layout != torch.strided:
         return None
     sizes, strides = list(val.shape), list(val.stride())
-    if not all(type(v) is int for v in sizes + strides) or 0 in sizes:
+    if not all(type(v) is int for v in strides):
         return None
     order = tuple(sorted(range(rank), key=lambda d: (-strides[d], d)))
+    if not all(type(sizes[d]) is int and sizes[d] != 0 for d in order[1:]):
+        return None
     expect = 1
-    for d in reversed(order):
+    for d in reversed(order[1:]):
         if sizes[d] != 1 and strides[d] != expect:
             return None  # overlapping or with gaps: not one dense block
         expect *= sizes[d]
-    moved = [d for d in order if sizes[d] != 1]
+    outer = sizes[order[0]]  # symbolic: taken as neither 0 nor 1
+    if type(outer) is int and (outer == 0 or outer != 1 and strides[order[0]] != expect) or \
+            type(outer) is not int and strides[order[0]] != expect:
+        return None
+    moved = [d for d in order if type(sizes[d]) is not int or sizes[d] != 1]
     return None if moved == sorted(moved) else order
 
 

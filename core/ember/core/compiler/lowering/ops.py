@@ -201,7 +201,8 @@ def _convert(ctx, x, *args, **kwargs):
     if ctx.node.target._overloadpacket in (aten.alias,) and isinstance(x, StridedView):
         return x
     out = Lazy(dtype, size, lambda i: cast(x.load(i), dtype))
-    if isinstance(x, StridedView) and x.dtype == dtype:
+    if isinstance(x, StridedView) and x.dtype == dtype and \
+            kwargs.get("memory_format") is not torch.channels_last:  # asked-for layout: a copy
         out.source = x
     return out
 

@@ -1,0 +1,98 @@
+"""Layout rewrite on an ATen graph: 2-D convolutions take channels-last activations.
+
+oneDNN's CPU convolutions run faster on NHWC data than on NCHW (no reorder of the activation
+on every call), and a convolution fed NHWC returns NHWC, so the layout flows on through the
+pointwise ops, norms and further convolutions between them. The rewrite puts a channels-last
+copy before each convolution whose input is not already channels-last, propagates the fake
+tensors again (every later node's strides follow, as eager's would), then drops the copies
+whose input turned out channels-last already. Values are unchanged: only memory order moves
+(the convolution's own summation order may differ in the last bits, as eager's does between
+the two layouts). Used for inference graphs on CPU; disabled with
+``options={"channels_last": False}``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.fx import GraphModule, Node
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from ember.core.logs import get_logger
+
+log = get_logger("perf_hints")
+
+_CONV = torch.ops.aten.convolution.default
+_CLONE = torch.ops.aten.clone.default
+
+
+def _is_nhwc(v) -> bool:
+    return isinstance(v, torch.Tensor) and v.dim() == 4 and \
+        v.is_contiguous(memory_format=torch.channels_last)
+
+
+def _candidates(gm: GraphModule) -> list[Node]:
+    out = []
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target is not _CONV:
+            continue
+        x, transposed = n.args[0], n.args[6]
+        v = x.meta.get("val") if isinstance(x, Node) else None
+        if transposed or not isinstance(v, torch.Tensor) or v.dim() != 4 or \
+                v.device.type != "cpu" or not v.dtype.is_floating_point:
+            continue
+        out.append(n)
+    return out
+
+
+def _fake_mode(gm: GraphModule):
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if isinstance(v, torch.Tensor) and hasattr(v, "fake_mode"):
+            return v.fake_mode
+    return None
+
+
+def apply(gm: GraphModule) -> int:
+    """Rewrite ``gm`` in place; returns how many channels-last copies it keeps."""
+    convs = _candidates(gm)
+    mode = _fake_mode(gm)
+    if not convs or mode is None:
+        return 0
+    placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    before = {id(o): _is_nhwc(o.meta.get("val")) for o in output.all_input_nodes}
+    copies = []
+    for conv in convs:
+        with gm.graph.inserting_before(conv):
+            copy = gm.graph.call_function(_CLONE, (conv.args[0],),
+                                          {"memory_format": torch.channels_last})
+        conv.replace_input_with(conv.args[0], copy)
+        copies.append(copy)
+    gm.recompile()
+    try:
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*placeholders)
+    except Exception as e:  # a graph fake tensors cannot re-run: leave it as it was
+        for copy in copies:
+            copy.replace_all_uses_with(copy.args[0])
+            gm.graph.erase_node(copy)
+        gm.recompile()
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*placeholders)
+        log.info("channels-last convolutions: not applied (%s: %s)", type(e).__name__, e)
+        return 0
+    kept = 0
+    for copy in copies:
+        if _is_nhwc(copy.args[0].meta.get("val")):
+            copy.replace_all_uses_with(copy.args[0])
+            gm.graph.erase_node(copy)
+        else:
+            kept += 1
+    for o in output.all_input_nodes:  # outputs keep eager's layout
+        if _is_nhwc(o.meta.get("val")) and not before[id(o)]:
+            with gm.graph.inserting_before(output):
+                back = gm.graph.call_function(_CLONE, (o,),
+                                              {"memory_format": torch.contiguous_format})
+            back.meta["val"] = o.meta["val"].clone(memory_format=torch.contiguous_format)
+            output.replace_input_with(o, back)
+    gm.recompile()
+    log.info("channels-last convolutions: %d convolutions, %d layout copies", len(convs), kept)
+    return kept
