@@ -262,6 +262,30 @@ def test_ops_taking_a_dtype_package(tmp_path):
     torch.testing.assert_close(aot.aot_load(path)(x, n), _LengthMask()(x, n))
 
 
+class _ComplexSolve(nn.Module):
+    """Complex inputs and weights, linalg.solve (its error check is a with_effects op in the
+    exported graph) and Python numbers where ATen's add and mul take tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("eye", torch.eye(3, dtype=torch.cdouble))
+
+    def forward(self, a, b):
+        a = a.cdouble() + self.eye * 1e-3
+        return torch.linalg.solve(a, b.cdouble()).to(b.dtype) * 2.0 + 1e-8
+
+
+def test_complex_linalg_package_with_aligned_weights(tmp_path):
+    torch.manual_seed(0)
+    a = torch.randn(4, 3, 3, dtype=torch.cfloat) + 3 * torch.eye(3)
+    b = torch.randn(4, 3, dtype=torch.cfloat)
+    path = aot.aot_compile(_ComplexSolve(), (a, b), path=str(tmp_path / "solve.pt2"))
+    loaded = aot.aot_load(path)
+    torch.testing.assert_close(loaded(a, b), _ComplexSolve()(a, b))
+    # mapped in place, at the alignment the package writes them at (complex128 included)
+    assert all(t.data_ptr() % package.ALIGN == 0 for t in loaded._tensors if t is not None)
+
+
 def test_each_package_runs_its_own_library(mlp_package, tmp_path):
     """Several packages in one process, loaded after others were dropped (descriptor numbers
     reused): each runs its own code (the loader once ran the first package's for all)."""

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import sympy
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
+from torch.utils._sympy.numbers import int_oo
 
 from ember.core.compiler.decompose import decomposition_table
 
@@ -39,6 +41,22 @@ class ExportedGraph:
     out_spec: object
 
 
+def _additive_mask(graph: torch.fx.Graph, mask: torch.fx.Node, dtype) -> torch.fx.Node:
+    """A bool attention mask (True: attend) -> 0 where True, -inf where False, in ``dtype``."""
+    aten = torch.ops.aten
+
+    def call(op, *args, **kwargs):
+        node = graph.call_function(op, args, kwargs)
+        node.meta["val"] = op(*(a.meta["val"] if isinstance(a, torch.fx.Node) else a
+                                for a in args), **kwargs)
+        return node
+
+    zeros = call(aten.zeros_like.default, mask, dtype=dtype)
+    # -inf as log(0), not as a literal: the C++ wrapper's prelude has no <limits> for one
+    minus_inf = call(aten.log.default, zeros)
+    return call(aten.where.self, mask, zeros, minus_inf)
+
+
 def sdpa_onto_aten(gm: torch.fx.GraphModule) -> None:
     """``ember::sdpa`` (registered from Python) -> ATen's CPU attention, same arguments."""
     ember_ns = getattr(torch.ops, "ember", None)
@@ -52,9 +70,44 @@ def sdpa_onto_aten(gm: torch.fx.GraphModule) -> None:
             if dropout_p or rng is not None:
                 raise AOTExportError("attention dropout in an exported graph: export the "
                                      "model in eval mode")
+            if isinstance(mask, torch.fx.Node) and mask.meta["val"].dtype == torch.bool:
+                # ATen's CPU flash attention takes an additive mask of the query's dtype
+                with gm.graph.inserting_before(node):
+                    mask = _additive_mask(gm.graph, mask, q.meta["val"].dtype)
             node.target = target
             node.args = (q, k, v, 0.0, is_causal)
             node.kwargs = {"attn_mask": mask, "scale": scale}
+    gm.recompile()
+
+
+def scalars_onto_scalar_overloads(gm: torch.fx.GraphModule) -> None:
+    """An ATen call given a Python number where its schema takes a Tensor (``add.Tensor(x,
+    1e-8)``, which eager wraps into a tensor) -> the overload that takes a Scalar there
+    (``add.Scalar``), when the packet has one with the same arguments otherwise: a package
+    calls ATen boxed, where a Tensor argument has to be a tensor. Such calls reach a package
+    as externs (complex tensors, say); other calls are lowered alike under either overload."""
+    def number(v):
+        return isinstance(v, (bool, int, float)) and not isinstance(v, torch.fx.Node)
+
+    for node in gm.graph.nodes:
+        op = node.target
+        if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload):
+            continue
+        params = op._schema.arguments
+        given = dict(zip((a.name for a in params), node.args)) | dict(node.kwargs)
+        wrapped = {a.name for a in params if a.type.kind() == "TensorType"
+                   and number(given.get(a.name))}
+        if not wrapped:
+            continue
+        for name in op._overloadpacket.overloads():
+            other = getattr(op._overloadpacket, name)
+            cand = other._schema.arguments
+            if len(cand) == len(params) and all(
+                    c.name == a.name and (c.type.kind() == "NumberType" if a.name in wrapped
+                                          else str(c.type) == str(a.type))
+                    for c, a in zip(cand, params)):
+                node.target = other
+                break
     gm.recompile()
 
 
@@ -72,8 +125,15 @@ def export(model, example_args: tuple, dynamic_shapes=None) -> ExportedGraph:
         raise TypeError(f"aot_compile takes an nn.Module or an ExportedProgram, got "
                         f"{type(model).__name__}")
     ep = ep.run_decompositions(decomposition_table())
+    if ep.graph_signature.input_tokens:
+        # with_effects(token, op, *args) -> op(*args), token inputs and outputs dropped (a
+        # package runs its steps in graph order, the order the tokens stand for)
+        from torch.export._remove_effect_tokens_pass import _remove_effect_tokens
+
+        ep = _remove_effect_tokens(ep)
     gm = ep.graph_module
     sdpa_onto_aten(gm)
+    scalars_onto_scalar_overloads(gm)
     sig = ep.graph_signature
     placeholders, tensors = [], {}
     for spec in sig.input_specs:
@@ -91,8 +151,10 @@ def export(model, example_args: tuple, dynamic_shapes=None) -> ExportedGraph:
                                  f"supported in ahead-of-time packages")
     ranges = {}
     for sym, vr in ep.range_constraints.items():
-        lo = int(vr.lower) if vr.lower.is_finite else 0
-        hi = int(vr.upper) if vr.upper.is_finite else 2**62
+        # torch's int_oo says is_finite; unbounded is either infinity
+        lo = 0 if vr.lower in (-int_oo, -sympy.oo) or not vr.lower.is_finite else int(vr.lower)
+        hi = 2**62 if vr.upper in (int_oo, sympy.oo) or not vr.upper.is_finite \
+            else int(vr.upper)
         ranges[str(sym)] = (lo, hi)
     return ExportedGraph(gm, placeholders, tensors, ranges, ep.call_spec.in_spec,
                          ep.call_spec.out_spec)

@@ -14,6 +14,7 @@ import io
 import json
 import mmap
 import os
+import struct
 import zipfile
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -28,6 +29,7 @@ DTYPES = {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
     "bfloat16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32,
     "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8, "bool": torch.bool,
+    "complex64": torch.complex64, "complex128": torch.complex128,
 }
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
@@ -102,13 +104,25 @@ def weights_blob(meta: Metadata, tensors: list, include_weights: bool) -> bytes:
     return out.getvalue()
 
 
+def _aligned(z: zipfile.ZipFile, name: str) -> zipfile.ZipInfo:
+    """A stored member whose data starts ALIGN bytes into the file from the next local
+    header, padded by an extra field (zipalign's idea): weights mapped from the file are then
+    aligned for every dtype (a complex128 tensor at an odd address crashes ATen's copies)."""
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_STORED
+    start = z.fp.tell() + 30 + len(name.encode()) + 4  # local header, name, extra header
+    pad = (-start) % ALIGN
+    info.extra = struct.pack("<HH", 0xD935, pad) + b"\0" * pad
+    return info
+
+
 def write(path: str, meta: Metadata, library: bytes, weights: bytes,
           sources: dict[str, str]) -> None:
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=False) as z:
         z.writestr(MANIFEST, manifest(meta))
         z.writestr(METADATA, meta.to_json())
         z.writestr(LIBRARY, library)
-        z.writestr(WEIGHTS, weights)
+        z.writestr(_aligned(z, WEIGHTS), weights)
         for name, text in sources.items():
             z.writestr(f"source/{name}", text)
 

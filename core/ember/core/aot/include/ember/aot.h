@@ -152,7 +152,9 @@ inline c10::ScalarType dtype(const std::string& name) {
       {"float16", c10::ScalarType::Half},   {"bfloat16", c10::ScalarType::BFloat16},
       {"int64", c10::ScalarType::Long},     {"int32", c10::ScalarType::Int},
       {"int16", c10::ScalarType::Short},    {"int8", c10::ScalarType::Char},
-      {"uint8", c10::ScalarType::Byte},     {"bool", c10::ScalarType::Bool}};
+      {"uint8", c10::ScalarType::Byte},     {"bool", c10::ScalarType::Bool},
+      {"complex64", c10::ScalarType::ComplexFloat},
+      {"complex128", c10::ScalarType::ComplexDouble}};
   auto it = names.find(name);
   if (it == names.end()) throw PackageError("unknown dtype " + name + " in the manifest");
   return it->second;
