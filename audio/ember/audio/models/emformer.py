@@ -16,12 +16,6 @@ __all__ = ["Emformer"]
 _ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 
 
-def _padding_mask(lengths: Tensor) -> Tensor:
-    """True where a key is padding: ``(B, max(lengths))``."""
-    width = int(lengths.max().item())
-    return torch.arange(width, device=lengths.device, dtype=lengths.dtype)[None] >= lengths[:, None]
-
-
 def _init_gains(strategy: str | None, num_layers: int) -> list[float | None]:
     """Per-layer xavier gains of the attention projections."""
     if strategy is None:
@@ -62,10 +56,10 @@ class _EmformerAttention(nn.Module):
         query = self.emb_to_query(torch.cat([right_context, utterance, summary]))
         key, value = self.emb_to_key_value(
             torch.cat([mems, right_context, utterance])).chunk(2, dim=2)
-        # right context is laid out for the longest item; left keys sit between it and utterance
-        rc_len = n_query - int(lengths.max()) - summary.shape[0]
         if left_key is not None and left_value is not None:
-            cut = mems.shape[0] + rc_len
+            # right context is laid out for the longest item; left keys sit between it and
+            # the utterance
+            cut = mems.shape[0] + n_query - int(lengths.max()) - summary.shape[0]
             key = torch.cat([key[:cut], left_key, key[cut:]])
             value = torch.cat([value[:cut], left_value, value[cut:]])
         head_dim = self.input_dim // self.num_heads
@@ -74,8 +68,12 @@ class _EmformerAttention(nn.Module):
         scores = torch.bmm(q * self.scaling, k.transpose(1, 2)).float()
         scores = scores.masked_fill(attention_mask.unsqueeze(0), self.negative_inf)
         if batch > 1:
-            n_left = 0 if left_key is None else left_key.shape[0]
-            pad = _padding_mask(lengths + mems.shape[0] + rc_len + n_left)
+            # an item's keys end (longest length - its length) before the last key: the key
+            # count is a shape, so the mask reads no value of lengths (torch.export traces it)
+            n_keys = key.shape[0]
+            valid = lengths - lengths.max() + n_keys
+            pad = torch.arange(n_keys, device=lengths.device, dtype=lengths.dtype)[None] \
+                >= valid[:, None]
             scores = scores.view(batch, self.num_heads, n_query, -1).masked_fill(
                 pad[:, None, None, :], self.negative_inf).view(batch * self.num_heads, n_query, -1)
         probs = torch.softmax(scores, dim=-1).type_as(q)
