@@ -247,6 +247,22 @@ def test_convolutions_run_channels_last_and_outputs_keep_eager_layout(on, tmp_pa
             assert got.is_contiguous()
 
 
+def test_channels_last_weights_supplied_at_load(tmp_path):
+    model = _ConvHead().eval()
+    path = _compile(model, torch.randn(2, 3, 12, 12), tmp_path, "bareconv",
+                    options={"package_weights": False})
+    meta = json.loads(zipfile.ZipFile(path).read("metadata.json"))
+    nhwc = {a["name"] for a in meta["args"] if a.get("channels_last")}
+    assert nhwc == {"a.weight"}  # stored and handed over NHWC; a 1x1 weight is both already
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))
+    loaded = aot.aot_load(path, weights=model.state_dict())  # plain NCHW tensors
+    x = torch.randn(3, 3, 12, 12)
+    with torch.no_grad():
+        _close(loaded(x), model(x), torch.float32)
+
+
 class _LengthMask(nn.Module):
     """``mask.to(x.dtype)``: torch.export adds an ``_assert_tensor_metadata`` whose dtype
     argument a TorchScript schema spells as int."""

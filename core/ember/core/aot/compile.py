@@ -56,8 +56,10 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
     level = _level(options)
     exported = export(model, example_args, dynamic_shapes)
     gm = exported.gm
+    nhwc = set()
     if options.get("channels_last", True):
-        channels_last.apply(gm)
+        packaged = {ph.name for ph in exported.placeholders if ph.kind != "input"}
+        nhwc = set(channels_last.apply(gm, lambda node: node.name in packaged))
     try:
         lowered = pipeline.lower(gm, "cpu", inference=True)
     except Unsupported as e:
@@ -89,7 +91,7 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
         else:
             t = exported.tensors[ph.name]
             args.append(package.Arg(ph.kind, ph.target, package.DTYPE_NAMES[t.dtype],
-                                    list(t.shape)))
+                                    list(t.shape), channels_last=ph.name in nhwc))
             tensors.append(t)
     for name, t in g.constants.items():
         args.append(package.Arg("constant", name, package.DTYPE_NAMES[t.dtype], list(t.shape)))

@@ -88,7 +88,13 @@ def _tensor(blob: memoryview, a: package.Arg) -> torch.Tensor:
     # are copied (as bytes) into fresh, aligned memory
     if raw.data_ptr() % dtype.itemsize:
         raw = raw.clone()
-    return raw.view(dtype).reshape(a.size)
+    t = raw.view(dtype)
+    if a.channels_last:  # stored NHWC
+        if len(a.size) != 4:
+            raise PackageError(f"weight {a.name!r}: channels-last but {len(a.size)}-D")
+        n, c, h, w = a.size
+        return t.reshape(n, h, w, c).permute(0, 3, 1, 2)
+    return t.reshape(a.size)
 
 
 class AOTModel:
@@ -184,7 +190,7 @@ def _supplied(weights: dict, a: package.Arg) -> torch.Tensor:
     if t.dtype != want or list(t.shape) != list(a.size) or t.device.type != "cpu":
         raise AOTInputError(f"weights[{a.name!r}] must be a CPU {a.dtype} tensor of shape "
                             f"{tuple(a.size)}; got {t.dtype} {tuple(t.shape)} on {t.device}")
-    return t.detach().contiguous()
+    return t.detach().contiguous(memory_format=package.layout(a))
 
 
 def aot_load(path: str, *, weights: dict | None = None) -> AOTModel:

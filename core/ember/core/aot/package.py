@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-FORMAT = 1
+FORMAT = 2  # 2: weights may be stored channels-last
 ENTRY = "ember_aot_run"  # the library's C entry (codegen/cpp_wrapper.py renders it)
 ALIGN = 64
 MANIFEST, METADATA, LIBRARY, WEIGHTS = "manifest.txt", "metadata.json", "model.so", "weights.bin"
@@ -49,6 +49,7 @@ class Arg:
     size: list = field(default_factory=list)  # ints, or size expressions (str) for inputs
     offset: int = -1  # in weights.bin; -1: not in the package
     nbytes: int = 0
+    channels_last: bool = False  # a 4-D weight stored (and handed to the wrapper) as NHWC
 
 
 @dataclass
@@ -85,19 +86,31 @@ def manifest(meta: Metadata) -> str:
             lines.append(f"input {i} {a.name}")
         else:
             lines.append(f"tensor {i} {a.kind} {a.name} {a.dtype} {len(a.size)} "
-                         f"{' '.join(map(str, a.size))} {a.offset} {a.nbytes}".replace("  ", " "))
+                         f"{' '.join(map(str, a.size))} {a.offset} {a.nbytes} "
+                         f"{int(a.channels_last)}".replace("  ", " "))
     return "\n".join(lines) + "\n"
 
 
+def layout(a: Arg) -> torch.memory_format:
+    return torch.channels_last if a.channels_last else torch.contiguous_format
+
+
+def memory_order(t: torch.Tensor, a: Arg) -> torch.Tensor:
+    """``t``'s elements as one contiguous tensor in the memory order ``a`` asks for."""
+    t = t.contiguous(memory_format=layout(a))
+    return t.permute(0, 2, 3, 1) if a.channels_last else t
+
+
 def weights_blob(meta: Metadata, tensors: list, include_weights: bool) -> bytes:
-    """Lay the tensors out (contiguous, aligned) and record each offset in ``meta.args``."""
+    """Lay the tensors out (in their memory order, aligned) and record each offset in
+    ``meta.args``."""
     out = io.BytesIO()
     for a, t in zip(meta.args, tensors):
         if t is None or (a.kind == "weight" and not include_weights):
             continue
         pad = (-out.tell()) % ALIGN
         out.write(b"\0" * pad)
-        data = t.detach().contiguous().cpu()
+        data = memory_order(t.detach().cpu(), a)
         raw = data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b""
         a.offset, a.nbytes = out.tell(), len(raw)
         out.write(raw)

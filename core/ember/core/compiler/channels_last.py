@@ -7,8 +7,8 @@ copy before each convolution whose input is not already channels-last, propagate
 tensors again (every later node's strides follow, as eager's would), then drops the copies
 whose input turned out channels-last already. Values are unchanged: only memory order moves
 (the convolution's own summation order may differ in the last bits, as eager's does between
-the two layouts). Used for inference graphs on CPU; disabled with
-``options={"channels_last": False}``.
+the two layouts). Applied to CPU inference graphs and ahead-of-time packages (training graphs
+keep eager's layouts); disabled with ``options={"channels_last": False}``.
 """
 
 from __future__ import annotations
@@ -52,13 +52,27 @@ def _fake_mode(gm: GraphModule):
     return None
 
 
-def apply(gm: GraphModule) -> int:
-    """Rewrite ``gm`` in place; returns how many channels-last copies it keeps."""
+def apply(gm: GraphModule, own_layout=lambda node: False) -> list[str]:
+    """Rewrite ``gm`` in place. ``own_layout(placeholder)`` says whether the caller will hand
+    that graph input over in whatever layout the rewrite picks (an ahead-of-time package's
+    weights): such convolution weights become channels-last too, and their placeholder names
+    are returned (the caller must supply them so)."""
     convs = _candidates(gm)
     mode = _fake_mode(gm)
     if not convs or mode is None:
-        return 0
-    placeholders = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+        return []
+    inputs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    old_vals = {n: n.meta.get("val") for n in inputs}
+    nhwc_weights = []
+    for conv in convs:
+        w = conv.args[1]
+        v = old_vals.get(w)
+        if w in old_vals and w not in nhwc_weights and own_layout(w) and \
+                isinstance(v, torch.Tensor) and v.dim() == 4 and not _is_nhwc(v):
+            with mode:
+                w.meta["val"] = v.contiguous(memory_format=torch.channels_last)
+            nhwc_weights.append(w)
+    placeholders = [n.meta.get("val") for n in inputs]
     output = next(n for n in gm.graph.nodes if n.op == "output")
     before = {id(o): _is_nhwc(o.meta.get("val")) for o in output.all_input_nodes}
     copies = []
@@ -75,10 +89,12 @@ def apply(gm: GraphModule) -> int:
         for copy in copies:
             copy.replace_all_uses_with(copy.args[0])
             gm.graph.erase_node(copy)
+        for n, v in old_vals.items():
+            n.meta["val"] = v
         gm.recompile()
-        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*placeholders)
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*old_vals.values())
         log.info("channels-last convolutions: not applied (%s: %s)", type(e).__name__, e)
-        return 0
+        return []
     kept = 0
     for copy in copies:
         if _is_nhwc(copy.args[0].meta.get("val")):
@@ -94,5 +110,6 @@ def apply(gm: GraphModule) -> int:
             back.meta["val"] = o.meta["val"].clone(memory_format=torch.contiguous_format)
             output.replace_input_with(o, back)
     gm.recompile()
-    log.info("channels-last convolutions: %d convolutions, %d layout copies", len(convs), kept)
-    return kept
+    log.info("channels-last convolutions: %d convolutions, %d layout copies, %d weights",
+             len(convs), kept, len(nhwc_weights))
+    return [w.name for w in nhwc_weights]

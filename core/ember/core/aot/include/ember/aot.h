@@ -34,7 +34,7 @@
 #include <vector>
 
 #define EMBER_AOT_VERSION "0.1.0"
-#define EMBER_AOT_FORMAT 1
+#define EMBER_AOT_FORMAT 2
 
 namespace ember {
 namespace aot {
@@ -273,18 +273,23 @@ class Model {
         std::vector<int64_t> size(ndim);
         for (auto& s : size) w >> s;
         int64_t offset, nbytes;
-        w >> offset >> nbytes;
-        if (!w) throw PackageError(path + ": bad manifest line: " + line);
+        int channels_last = 0;  // a 4-D weight stored and handed over as NHWC
+        w >> offset >> nbytes >> channels_last;
+        if (!w || (channels_last && ndim != 4)) {
+          throw PackageError(path + ": bad manifest line: " + line);
+        }
+        const c10::MemoryFormat format =
+            channels_last ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous;
         at::Tensor& t = slot(index);
         auto given = weights.find(name);
         if (kind == "weight" && given != weights.end()) {
-          t = checked(given->second, name, detail::dtype(dt), size);
+          t = checked(given->second, name, detail::dtype(dt), size, format);
           used.insert(name);
         } else if (offset < 0) {
           throw InputError(path + " was built without its weights: supply them (" + name +
                            " is missing)");
         } else {
-          t = at::detail::empty_cpu(size, detail::dtype(dt), false, std::nullopt);
+          t = at::detail::empty_cpu(size, detail::dtype(dt), false, format);
           if (static_cast<size_t>(t.nbytes()) != static_cast<size_t>(nbytes) ||
               static_cast<size_t>(offset) + nbytes > blob.size) {
             throw PackageError(path + ": weight " + name + " is out of bounds");
@@ -345,12 +350,12 @@ class Model {
   }
 
   at::Tensor checked(const at::Tensor& t, const std::string& name, c10::ScalarType dt,
-                     const std::vector<int64_t>& size) {
+                     const std::vector<int64_t>& size, c10::MemoryFormat format) {
     if (!t.defined() || t.scalar_type() != dt || t.sizes().vec() != size || !t.device().is_cpu()) {
       throw InputError("weight " + name + " must be a CPU " + c10::toString(dt) +
                        " tensor of the packaged shape");
     }
-    return t.contiguous();
+    return t.contiguous(format);
   }
 
   std::string path_;
