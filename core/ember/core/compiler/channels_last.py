@@ -7,8 +7,9 @@ copy before each convolution whose input is not already channels-last, propagate
 tensors again (every later node's strides follow, as eager's would), then drops the copies
 whose input turned out channels-last already. Values are unchanged: only memory order moves
 (the convolution's own summation order may differ in the last bits, as eager's does between
-the two layouts). Applied to CPU inference graphs and ahead-of-time packages (training graphs
-keep eager's layouts); disabled with ``options={"channels_last": False}``.
+the two layouts). Applied to ahead-of-time packages, whose convolution weights are stored
+NHWC too; disabled with ``options={"channels_last": False}``. Not applied to JIT graphs: there
+the weights are the caller's NCHW parameters, and ATen would copy each one per call.
 """
 
 from __future__ import annotations

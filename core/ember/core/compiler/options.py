@@ -27,7 +27,8 @@ OPTIONS = {
                                                       "needs TRITON_INTERPRET=1)"),
     "patterns": Option((True, False), "torch-level rewrites such as unfused attention -> SDPA"),
     "channels_last": Option((True, False), "2-D convolutions of ahead-of-time packages take "
-                                           "channels-last activations (default True)"),
+                                           "channels-last activations and weights "
+                                           "(default True)"),
     "cpu_isa": Option(isa.NAMES, "instruction-set level of C++ kernels (default: "
                                  f"${isa.ENV}, else native)"),
 }
