@@ -13,7 +13,7 @@ import torch
 from ember.tools.bench import BENCHMARKS, run
 
 FAST = {"io", "arrow", "data", "transforms", "opinfo"}
-SLOW = {"audio", "attention", "compile", "zoo", "optim", "aot"}
+SLOW = {"audio", "attention", "compile", "zoo", "optim", "aot", "detection"}
 CUDA = {"attention-gpu"}  # rows only where a CUDA device is present
 
 
