@@ -310,10 +310,19 @@ def _data_dependent(name: str, reason: str) -> dict:
                                    "model: GuardOnDataDependentSymNode", reason)}
 
 
+def _refused(name: str, reason: str) -> dict:
+    """``name`` refuses torch.export itself, saying why (a data-dependent output shape)."""
+    from ember.core.aot import AOTExportError
+
+    match = f"{name} cannot be exported with torch.export"
+    return {(name, "export"): Failure(RuntimeError, match, reason),
+            (name, "aot"): Failure(AOTExportError, match, reason)}
+
+
 EXPECTED_FAILURES: dict[tuple[str, str], Failure] = {
-    **_data_dependent("Vad", "the trimmed length depends on the signal (docs/audio.md)"),
-    **_data_dependent("SpeedPerturbation", "the factor is drawn per call, and the output "
-                      "length follows it"),
+    **_refused("Vad", "the trimmed length depends on the signal (docs/audio.md)"),
+    **_refused("SpeedPerturbation", "the factor is drawn per call, and the output length "
+               "follows it"),
     **_data_dependent("RNNTBeamSearch", "a search: how many steps and hypotheses depends "
                       "on the scores"),
     **_data_dependent("Tacotron2", "its encoder checks the token lengths are sorted and "

@@ -42,6 +42,10 @@ class Vad(nn.Module):
         self.hp_lifter_freq, self.lp_lifter_freq = hp_lifter_freq, lp_lifter_freq
 
     def forward(self, waveform: Tensor) -> Tensor:
+        if torch.compiler.is_exporting():
+            raise RuntimeError("Vad cannot be exported with torch.export: the length it trims "
+                               "to depends on the signal (a data-dependent output shape); run "
+                               "it eagerly or under ember.core.compile")
         return vad(waveform, self.sample_rate, self.trigger_level, self.trigger_time,
                    self.search_time, self.allowed_gap, self.pre_trigger_time, self.boot_time,
                    self.noise_up_time, self.noise_down_time, self.noise_reduction_amount,

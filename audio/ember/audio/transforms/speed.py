@@ -47,5 +47,10 @@ class SpeedPerturbation(nn.Module):
 
     def forward(self, waveform: Tensor, lengths: Tensor | None = None
                 ) -> tuple[Tensor, Tensor | None]:
+        if torch.compiler.is_exporting():
+            raise RuntimeError("SpeedPerturbation cannot be exported with torch.export: the "
+                               "factor is drawn per call and the output length follows it; "
+                               "export Speed with a fixed factor, or run it eagerly or under "
+                               "ember.core.compile")
         pick = int(torch.randint(len(self.speeders), ()))
         return self.speeders[pick](waveform, lengths)
