@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
 import torch
