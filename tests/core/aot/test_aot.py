@@ -263,6 +263,19 @@ def test_channels_last_weights_supplied_at_load(tmp_path):
         _close(loaded(x), model(x), torch.float32)
 
 
+class _ChebyshevDistance(nn.Module):
+    """``cdist(p=inf)``: an ATen call whose float argument is infinite."""
+
+    def forward(self, x, y):
+        return torch.cdist(x, y, p=float("inf"))
+
+
+def test_extern_with_an_infinite_float_argument(tmp_path):
+    x, y = torch.randn(3, 4), torch.randn(5, 4)
+    path = aot.aot_compile(_ChebyshevDistance(), (x, y), path=str(tmp_path / "cdist.pt2"))
+    torch.testing.assert_close(aot.aot_load(path)(x, y), _ChebyshevDistance()(x, y))
+
+
 class _LengthMask(nn.Module):
     """``mask.to(x.dtype)``: torch.export adds an ``_assert_tensor_metadata`` whose dtype
     argument a TorchScript schema spells as int."""

@@ -52,8 +52,7 @@ def _additive_mask(graph: torch.fx.Graph, mask: torch.fx.Node, dtype) -> torch.f
         return node
 
     zeros = call(aten.zeros_like.default, mask, dtype=dtype)
-    # -inf as log(0), not as a literal: the C++ wrapper's prelude has no <limits> for one
-    minus_inf = call(aten.log.default, zeros)
+    minus_inf = call(aten.full_like.default, mask, float("-inf"), dtype=dtype)
     return call(aten.where.self, mask, zeros, minus_inf)
 
 

@@ -102,10 +102,10 @@ def _ints(xs) -> str:
 
 
 def _double(x: float) -> str:
-    if math.isnan(x):
-        return "std::numeric_limits<double>::quiet_NaN()"
+    if math.isnan(x):  # compiler builtins: the wrapper includes no <limits>
+        return "__builtin_nan(\"\")"
     if math.isinf(x):
-        return ("" if x > 0 else "-") + "std::numeric_limits<double>::infinity()"
+        return ("" if x > 0 else "-") + "__builtin_inf()"
     return repr(float(x))
 
 
