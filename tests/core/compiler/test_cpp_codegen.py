@@ -193,8 +193,9 @@ def test_gathers_fuse_into_their_readers_without_aten_calls(ecompile, output_cod
              if "_empty_cpu(" in ln]
     # the gathered rows are read inside layer_norm's row passes: only the output is written
     assert sizes.count("(3, 7, 32, ") == 1, sizes
-    # the image: the output and one blend of two gathers (two readers: stored, not recomputed)
-    assert sizes.count("(1, 4, 32, 32, ") == 2, sizes
+    # the image: only the output; the row blend's two readers share its loop point (the
+    # batch dim of size 1 aside), so it stays in registers
+    assert sizes.count("(1, 4, 32, 32, ") == 1, sizes
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
