@@ -4,7 +4,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 pytest.importorskip("scipy")
 
@@ -16,15 +15,9 @@ from ember.tools.bench.audio_filters import (
     resonator_coefficients,
 )
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 PEER = audio_peers.PEER_PYTHON.exists()
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _err(row):

@@ -34,6 +34,8 @@ import ember.audio.transforms as T
 import ember.core
 from ember.core.compiler import pipeline
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 CHECKS = ("export", "ember", "aot")
 TRACE_SEED, SEEDS = 0, (1, 2)
 
@@ -400,14 +402,6 @@ def _params():
         for check in CHECKS:
             marks = [] if check in case.fast else [pytest.mark.slow]
             yield pytest.param(name, check, id=f"{name}-{check}", marks=marks)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("name, check", list(_params()))

@@ -5,15 +5,8 @@ import torch
 
 from ember.audio.functional import _iir_native, lfilter
 
-pytestmark = pytest.mark.skipif(_iir_native._library() is None, reason="no C++ compiler")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.skipif(_iir_native._library() is None, reason="no C++ compiler")]
 
 
 def _both(x, a, b, **kw):

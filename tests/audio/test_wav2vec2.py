@@ -11,6 +11,8 @@ import torch
 import ember.audio.models.wav2vec2 as W
 from ember.audio.models.wav2vec2.pretrain import compute_mask_indices
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 # torchaudio 2.9.1's counts (sum of parameter sizes), the published model sizes
 PARAMETERS = {
     "wav2vec2_base": 94_370_944,
@@ -29,14 +31,6 @@ PARAMETERS = {
     "wavlm_large": 315_452_096,
 }
 CONV = [(32, 10, 5), (32, 3, 2), (32, 2, 2)]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def tiny(mode="layer_norm", layer_norm_first=True, aux=None, wavlm=False):

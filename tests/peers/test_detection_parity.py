@@ -18,6 +18,8 @@ import torchvision.models.detection as tvd  # noqa: E402
 
 from ember.vision.models import detection as emd  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 BUILDERS = ["fasterrcnn_resnet50_fpn", "fasterrcnn_resnet50_fpn_v2",
             "fasterrcnn_mobilenet_v3_large_fpn", "fasterrcnn_mobilenet_v3_large_320_fpn",
             "maskrcnn_resnet50_fpn", "maskrcnn_resnet50_fpn_v2", "keypointrcnn_resnet50_fpn"]
@@ -27,15 +29,6 @@ SMALL = dict(min_size=112, max_size=144, box_score_thresh=0.0, box_detections_pe
              rpn_pre_nms_top_n_test=150, rpn_post_nms_top_n_test=30,
              rpn_pre_nms_top_n_train=150, rpn_post_nms_top_n_train=30,
              box_batch_size_per_image=16, rpn_batch_size_per_image=64)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: two spin against each other on this shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _pair(name: str, **kw):

@@ -18,6 +18,8 @@ import torchvision.models as tvm  # noqa: E402
 
 from ember.vision import models as em  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 # name -> input side for the forward comparison (None: meta device, structure only)
 CASES = {
     "resnet101": 64, "resnet152": 64, "resnext50_32x4d": 64, "resnext101_32x8d": None,
@@ -42,16 +44,6 @@ CASES = {
     "swin_t": 64, "swin_s": None, "swin_b": None, "swin_v2_t": 64, "swin_v2_s": None,
     "swin_v2_b": None, "maxvit_t": 224,
 }
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small inputs: one intra-op thread; two spin against each other on this shared 2-core
-    machine (a 32x32 forward measured 0.02 s on one thread, 1-2 s on two)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def n_params(m):

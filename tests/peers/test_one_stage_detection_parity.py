@@ -21,6 +21,8 @@ import torchvision.models.detection as tvd  # noqa: E402
 
 from ember.vision import models as em  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 # builder -> extra keywords of the forward comparison (None: meta device, structure only)
 SIZES = {"min_size": 64, "max_size": 96}
 CASES = {"fcos_resnet50_fpn": SIZES, "retinanet_resnet50_fpn": SIZES,
@@ -29,15 +31,6 @@ CASES = {"fcos_resnet50_fpn": SIZES, "retinanet_resnet50_fpn": SIZES,
 # 300x300 VGG-16 (~35 s here on one thread): one image, and slow only; SSDLite runs the same
 # SSD class (losses, hard negatives, post-processing) in every run
 ONE_IMAGE = SLOW = {"ssd300_vgg16"}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small inputs: one intra-op thread on this shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def n_params(m):

@@ -19,19 +19,12 @@ import torchvision.models.segmentation as tvs  # noqa: E402
 from ember.vision import models as em  # noqa: E402
 from ember.vision.models import segmentation as ems  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 # segmentation builder -> input side for the forward comparison (None: meta device only)
 SEGMENTATION = {"fcn_resnet50": 32, "fcn_resnet101": None, "deeplabv3_resnet50": 32,
                 "deeplabv3_resnet101": None, "deeplabv3_mobilenet_v3_large": 48,
                 "lraspp_mobilenet_v3_large": 48}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small inputs: one intra-op thread on this shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def n_params(m):

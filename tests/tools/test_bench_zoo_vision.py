@@ -10,13 +10,7 @@ from ember.tools import cli
 from ember.tools.bench import registry, zoo, zoo_vision
 from ember.vision import models
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_table_covers_the_registry_less_the_listed_skips():

@@ -27,6 +27,8 @@ from ember.vision.models.detection.roi_heads import paste_masks_in_image
 from ember.vision.models.detection.transform import GeneralizedRCNNTransform
 from ember.vision.ops import FrozenBatchNorm2d, MultiScaleRoIAlign
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 # torchvision 0.29's published counts (pretrained configuration: FrozenBatchNorm2d bodies)
 PUBLISHED = {
     "fasterrcnn_resnet50_fpn": (41_755_286, "resnet50"),
@@ -42,14 +44,6 @@ SMALL = dict(min_size=96, max_size=128, box_score_thresh=0.0, box_detections_per
              rpn_pre_nms_top_n_test=100, rpn_post_nms_top_n_test=20,
              rpn_pre_nms_top_n_train=100, rpn_post_nms_top_n_train=20,
              box_batch_size_per_image=16, rpn_batch_size_per_image=32)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _images():

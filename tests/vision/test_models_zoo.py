@@ -11,6 +11,8 @@ import torch
 import ember.core
 from ember.vision import models
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 # torchvision's published parameter counts (weights' meta "num_params", 1000 classes)
 PUBLISHED = {
     "resnet101": 44_549_160, "resnet152": 60_192_808, "resnext50_32x4d": 25_028_904,
@@ -56,16 +58,6 @@ META_FORWARD = {"vgg11_bn": 32, "wide_resnet50_2": 32, "resnext50_32x4d": 32, "a
                 "squeezenet1_0": 64, "efficientnet_v2_s": 32, "regnet_x_400mf": 32,
                 "vit_b_32": 224, "googlenet": 32, "inception_v3": 80, "swin_t": 64,
                 "maxvit_t": 224}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small inputs: one intra-op thread; two spin against each other on this shared 2-core
-    machine (a 32x32 forward measured 0.02 s on one thread, 1-2 s on two)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def n_params(m):

@@ -13,6 +13,8 @@ import ember.core
 from ember.vision import models
 from ember.vision.models import detection
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 # torchvision's published counts (COCO weights meta "num_params": pretrained layout, so the
 # ResNet body has frozen BatchNorm, whose affine terms are buffers)
 PUBLISHED = {"fcos_resnet50_fpn": 32_269_600, "retinanet_resnet50_fpn": 34_014_999,
@@ -20,14 +22,6 @@ PUBLISHED = {"fcos_resnet50_fpn": 32_269_600, "retinanet_resnet50_fpn": 34_014_9
              "ssdlite320_mobilenet_v3_large": 3_440_060}
 RESNET_BODY = {"fcos_resnet50_fpn", "retinanet_resnet50_fpn", "retinanet_resnet50_fpn_v2"}
 ONE_STAGE = sorted(PUBLISHED)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @contextlib.contextmanager

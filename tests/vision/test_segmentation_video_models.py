@@ -10,20 +10,14 @@ import ember.core
 from ember.vision import models
 from ember.vision.models import segmentation, video
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 # torchvision's published counts (weights meta "num_params"; segmentation with aux heads)
 PUBLISHED_SEGMENTATION = {
     "fcn_resnet50": 35_322_218, "fcn_resnet101": 54_314_346,
     "deeplabv3_resnet50": 42_004_074, "deeplabv3_resnet101": 60_996_202,
     "deeplabv3_mobilenet_v3_large": 11_029_328, "lraspp_mobilenet_v3_large": 3_221_538,
 }
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def n_params(m):

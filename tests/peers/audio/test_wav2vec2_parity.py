@@ -19,19 +19,13 @@ from torchaudio.models.wav2vec2 import components as ta_components  # noqa: E402
 
 import ember.audio.models.wav2vec2 as EW  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 BUILDERS = ["wav2vec2_base", "wav2vec2_large", "wav2vec2_large_lv60k", "wav2vec2_xlsr_300m",
             "wav2vec2_xlsr_1b", "wav2vec2_xlsr_2b", "hubert_base", "hubert_large",
             "hubert_xlarge", "hubert_pretrain_base", "hubert_pretrain_large",
             "hubert_pretrain_xlarge", "wavlm_base", "wavlm_large"]
 RTOL = 1e-5
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _close(got, want):
