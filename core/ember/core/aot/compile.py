@@ -59,7 +59,7 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
     nhwc = set()
     if options.get("channels_last", True):
         packaged = {ph.name for ph in exported.placeholders if ph.kind != "input"}
-        nhwc = set(channels_last.apply(gm, lambda node: node.name in packaged))
+        nhwc = set(channels_last.apply(gm, packaged))
     try:
         lowered = pipeline.lower(gm, "cpu", inference=True)
     except Unsupported as e:

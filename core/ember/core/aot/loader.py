@@ -83,9 +83,9 @@ def _tensor(blob: memoryview, a: package.Arg) -> torch.Tensor:
     if a.offset + a.nbytes > len(blob):
         raise PackageError(f"weight {a.name!r} lies outside the package's weights")
     raw = torch.frombuffer(blob, dtype=torch.uint8, count=a.nbytes, offset=a.offset)
-    # packages align their weights; an older one may not, and ATen's kernels need elements
-    # at their natural alignment (complex128 at an odd address crashes a copy): such bytes
-    # are copied (as bytes) into fresh, aligned memory
+    # the writer aligns every weight; an offset that is not (a hand-edited package) would
+    # crash ATen's kernels, which need elements at their natural alignment (complex128 at an
+    # odd address crashes a copy): such bytes are copied into fresh, aligned memory
     if raw.data_ptr() % dtype.itemsize:
         raw = raw.clone()
     t = raw.view(dtype)

@@ -53,11 +53,11 @@ def _fake_mode(gm: GraphModule):
     return None
 
 
-def apply(gm: GraphModule, own_layout=lambda node: False) -> list[str]:
-    """Rewrite ``gm`` in place. ``own_layout(placeholder)`` says whether the caller will hand
-    that graph input over in whatever layout the rewrite picks (an ahead-of-time package's
-    weights): such convolution weights become channels-last too, and their placeholder names
-    are returned (the caller must supply them so)."""
+def apply(gm: GraphModule, own_layout: set[str]) -> list[str]:
+    """Rewrite ``gm`` in place. ``own_layout``: the placeholders the caller will hand over in
+    whatever layout the rewrite picks (an ahead-of-time package's weights); those that are
+    convolution weights become channels-last too, and their names are returned (the caller
+    must supply them so)."""
     convs = _candidates(gm)
     mode = _fake_mode(gm)
     if not convs or mode is None:
@@ -68,7 +68,7 @@ def apply(gm: GraphModule, own_layout=lambda node: False) -> list[str]:
     for conv in convs:
         w = conv.args[1]
         v = old_vals.get(w)
-        if w in old_vals and w not in nhwc_weights and own_layout(w) and \
+        if w in old_vals and w not in nhwc_weights and w.name in own_layout and \
                 isinstance(v, torch.Tensor) and v.dim() == 4 and not _is_nhwc(v):
             with mode:
                 w.meta["val"] = v.contiguous(memory_format=torch.channels_last)

@@ -123,18 +123,19 @@ class _Builder:
         last = len(stages) - 1
         join = last >= 0 and stages[last].kind == kind and ir.same_sizes(stages[last].rsizes,
                                                                           rsizes)
-        touched = {ld.buf for ld in ir.loads(expr)} | set(ir.gathered(expr)) | {node.buf.name}
+        all_loads, gathered = ir.loads(expr), ir.gathered(expr)
+        touched = {ld.buf for ld in all_loads} | set(gathered) | {node.buf.name}
         if join and not outer and not touched & self.stage_bufs[last]:
             # an independent loop of the same size (the next parameter's update) is a stage
             # of its own: one loop over many parameters' streams at once defeats the
             # hardware's prefetchers (an optimizer step over same-sized parameters ran 4x
             # slower interleaved than one parameter after another)
             join = False
-        indirect = ir.gathered(expr) & produced.keys()
+        indirect = gathered & produced.keys()
         if indirect:
             raise Refused(f"{node.buf.name} gathers from {sorted(indirect)} at data-dependent "
                           f"places: they must be complete before this kernel")
-        loads = [ld for ld in ir.loads(expr) if ld.buf in produced]
+        loads = [ld for ld in all_loads if ld.buf in produced]
         if join and any(produced[ld.buf].kind == "acc" and produced[ld.buf].stage == last
                         for ld in loads):
             join = False
@@ -156,9 +157,9 @@ class _Builder:
                     raise Refused(f"{node.buf.name} reads {ld.buf} at another loop point")
                 if p.stage == here:
                     subst[ld] = p.value
-        reads = [(ld.buf, (here, ld.index.xreplace(ones))) for ld in ir.loads(expr)
+        reads = [(ld.buf, (here, ld.index.xreplace(ones))) for ld in all_loads
                  if ld.buf not in produced]
-        reads += [(b, (here, None)) for b in ir.gathered(expr)]
+        reads += [(b, (here, None)) for b in gathered]
         _check_overwrite(node, expr, here, None if index is None else index.xreplace(ones),
                          self.outside.get(node.buf.name, []) +
                          [r for b, r in reads if b == node.buf.name])

@@ -448,18 +448,19 @@ def dense_order(val, rank: int) -> tuple | None:
     if not all(type(v) is int for v in strides):
         return None
     order = tuple(sorted(range(rank), key=lambda d: (-strides[d], d)))
-    if not all(type(sizes[d]) is int and sizes[d] != 0 for d in order[1:]):
+    if any(type(s) is int and s == 0 for s in sizes) or \
+            not all(type(sizes[d]) is int for d in order[1:]):
         return None
+
+    def one(s):  # a symbolic size is taken as not 1
+        return type(s) is int and s == 1
+
     expect = 1
-    for d in reversed(order[1:]):
-        if sizes[d] != 1 and strides[d] != expect:
+    for d in reversed(order):
+        if not one(sizes[d]) and strides[d] != expect:
             return None  # overlapping or with gaps: not one dense block
         expect *= sizes[d]
-    outer = sizes[order[0]]  # symbolic: taken as neither 0 nor 1
-    if type(outer) is int and (outer == 0 or outer != 1 and strides[order[0]] != expect) or \
-            type(outer) is not int and strides[order[0]] != expect:
-        return None
-    moved = [d for d in order if type(sizes[d]) is not int or sizes[d] != 1]
+    moved = [d for d in order if not one(sizes[d])]
     return None if moved == sorted(moved) else order
 
 

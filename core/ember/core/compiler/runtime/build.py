@@ -71,6 +71,22 @@ def _digest(path) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def _write(folder: str, files: dict[str, str]) -> None:
+    for file, text in files.items():
+        with open(os.path.join(folder, file), "w") as f:
+            f.write(text)
+
+
+def _install(built: str, target) -> None:
+    """Move ``built`` into the cache entry ``target``, its digest landing first: a reader
+    that finds the entry also finds its digest."""
+    digest = built + ".sha256"
+    with open(digest, "w") as f:
+        f.write(_digest(built))
+    os.replace(digest, target.with_suffix(".sha256"))
+    os.replace(built, target)
+
+
 def _build(source: str, target, build_flags: list[str], name: str = "k.cpp",
            headers: dict[str, str] | None = None) -> ctypes.CDLL:
     """Compile ``source`` (written as ``name``, with ``headers`` beside it) into the cache
@@ -84,22 +100,15 @@ def _build(source: str, target, build_flags: list[str], name: str = "k.cpp",
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         src = os.path.join(tmp, name)
         so = os.path.join(tmp, "k.so")
-        for file, text in {**(headers or {}), name: source}.items():
-            with open(os.path.join(tmp, file), "w") as f:
-                f.write(text)
+        _write(tmp, {**(headers or {}), name: source})
         libs = ["-lmvec"] if has_libmvec() else []
         proc = subprocess.run([cxx, *build_flags, src, "-o", so, *libs], capture_output=True,
                               text=True)
         builds += 1
         if proc.returncode != 0:
             raise BuildError(f"{cxx} failed:\n{proc.stderr[-4000:]}")
-        # the digest lands first: a reader that finds the library also finds its digest
-        digest = os.path.join(tmp, "k.sha256")
-        with open(digest, "w") as f:
-            f.write(_digest(so))
         lib = ctypes.CDLL(so)
-        os.replace(digest, target.with_suffix(".sha256"))
-        os.replace(so, target)
+        _install(so, target)
     return lib
 
 
@@ -238,9 +247,7 @@ def _runtime_object(name: str, text: str, headers: dict[str, str], cmd: list[str
     if target.exists() and _check_entry(target, k) is None:
         return str(target)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        for file, body in {**headers, name: text}.items():
-            with open(os.path.join(tmp, file), "w") as f:
-                f.write(body)
+        _write(tmp, {**headers, name: text})
         out = os.path.join(tmp, "runtime.o")
         proc = subprocess.run([*cmd, "-c", name, "-o", out], cwd=tmp, capture_output=True,
                               text=True)
@@ -248,11 +255,7 @@ def _runtime_object(name: str, text: str, headers: dict[str, str], cmd: list[str
         if proc.returncode != 0:
             raise BuildError(f"{cxx} failed on the packages' runtime {name}:\n"
                              f"{proc.stderr[-4000:]}")
-        digest = os.path.join(tmp, "runtime.sha256")
-        with open(digest, "w") as f:
-            f.write(_digest(out))
-        os.replace(digest, target.with_suffix(".sha256"))
-        os.replace(out, target)
+        _install(out, target)
     return str(target)
 
 
@@ -270,9 +273,7 @@ def build_library(kernels: str, wrapper: str, headers: dict[str, str],
                                 [cxx, "-O2", "-fPIC", "-fvisibility=hidden", "-std=c++17", "-w",
                                  *cflags])
     with tempfile.TemporaryDirectory(prefix="ember-aot-") as tmp:
-        for file, text in {**headers, "kernels.cpp": kernels, "wrapper.cpp": wrapper}.items():
-            with open(os.path.join(tmp, file), "w") as f:
-                f.write(text)
+        _write(tmp, {**headers, "kernels.cpp": kernels, "wrapper.cpp": wrapper})
         jobs = {
             "kernels": [cxx, base[0], *level_flags, *base[1:], "-c", "kernels.cpp",
                         "-o", "kernels.o"],
