@@ -12,7 +12,7 @@ import functools
 
 import torch
 
-from ember.core.compiler import capture, patterns, routing
+from ember.core.compiler import capture, freezing, patterns, routing
 from ember.core.compiler.decompose import decomposition_table, log_graph
 from ember.core.compiler.options import check_mode, check_options
 from ember.core.compiler.pipeline import compile_graph, stats
@@ -25,7 +25,7 @@ __all__ = ["compile_graph", "ember_backend", "stats"]
 log = get_logger("aot")
 
 
-def _make_aot(options: dict):
+def _make_aot(options: dict, params: list):
     from functorch.compile import min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
 
@@ -46,6 +46,8 @@ def _make_aot(options: dict):
     def inference_compiler(gm, example_inputs):
         log.info("inference graph: %d nodes", len(gm.graph.nodes))
         log_graph("inference", gm)
+        if options.get("freezing"):
+            return freezing.freeze(gm, example_inputs, params, infer)
         return infer(gm, example_inputs)
 
     return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
@@ -67,4 +69,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: str | None 
     if routing.codegen_for(device, options) == "portable":
         routing.announce_portable(device)
         return gm.forward
-    return _make_aot(options)(gm, example_inputs)
+    # freezing bakes in the real parameters; the other inputs are not kept
+    params = [t if freezing.is_parameter(t) else None for t in example_inputs] \
+        if options.get("freezing") else []
+    return _make_aot(options, params)(gm, example_inputs)

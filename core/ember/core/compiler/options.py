@@ -29,6 +29,9 @@ OPTIONS = {
     "channels_last": Option((True, False), "2-D convolutions of ahead-of-time packages take "
                                            "channels-last activations and weights "
                                            "(default True)"),
+    "freezing": Option((True, False), "inference graphs take parameters and buffers as "
+                                      "constants: folded, convolution weights prepacked "
+                                      "(default False)"),
     "cpu_isa": Option(isa.NAMES, "instruction-set level of C++ kernels (default: "
                                  f"${isa.ENV}, else native)"),
 }

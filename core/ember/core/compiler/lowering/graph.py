@@ -162,6 +162,8 @@ class GraphLowering:
             t = getattr(self.gm, node.target)
             if not isinstance(t, torch.Tensor):
                 raise Unsupported(f"get_attr of {type(t).__name__}")
+            if t.layout == torch._mkldnn:
+                return t  # a prepacked weight (freezing): handed to its extern call as is
             self._check_tensor(t)
             name = f"const{len(self.constants)}"
             self.constants[name] = t

@@ -1,0 +1,218 @@
+"""options={"freezing": True}: parameters and buffers baked into inference graphs as constants
+(folded BatchNorms, prepacked oneDNN convolutions), checked per call, ignored in training."""
+
+import logging
+
+import pytest
+import torch
+from torch import nn
+
+from ember.core.compiler import freezing, prepack
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+FREEZE = {"freezing": True}
+
+
+class FrozenBN(nn.Module):
+    """torchvision's FrozenBatchNorm2d: x * scale + shift from four buffers."""
+
+    def __init__(self, c):
+        super().__init__()
+        for name in ("weight", "bias", "running_mean", "running_var"):
+            self.register_buffer(name, torch.rand(c) + 0.5)
+
+    def forward(self, x):
+        scale = self.weight.reshape(1, -1, 1, 1) * \
+            (self.running_var.reshape(1, -1, 1, 1) + 1e-5).rsqrt()
+        shift = self.bias.reshape(1, -1, 1, 1) - self.running_mean.reshape(1, -1, 1, 1) * scale
+        return x * scale + shift
+
+
+class ConvNet(nn.Module):
+    """conv-bn-relu, conv-frozen bn, a residual 1x1 conv + add + relu, a strided conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU())
+        self.conv = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.fbn = FrozenBN(8)
+        self.proj = nn.Conv2d(8, 8, 1)
+        self.down = nn.Conv2d(8, 4, 3, stride=2, groups=4)
+
+    def forward(self, x):
+        y = self.fbn(self.conv(self.stem(x)))
+        y = torch.relu(self.proj(y) + y)
+        z = self.proj(y) + y  # add without a relu after it
+        return self.down(z).sum((2, 3)), y
+
+
+def _randomize_bn(m):
+    for bn in m.modules():
+        if isinstance(bn, nn.BatchNorm2d):
+            bn.running_mean.uniform_(-1, 1)
+            bn.running_var.uniform_(0.5, 2)
+            bn.weight.data.uniform_(0.5, 1.5)
+            bn.bias.data.uniform_(-1, 1)
+    return m
+
+
+@pytest.fixture
+def packed(monkeypatch):
+    """How many ops ``prepack.apply`` packed, per frozen graph."""
+    counts = []
+    apply = prepack.apply
+
+    def spy(gm, fake_mode):
+        counts.append(apply(gm, fake_mode))
+        return counts[-1]
+
+    monkeypatch.setattr(prepack, "apply", spy)
+    return counts
+
+
+def _close(a, b, tol=1e-4):
+    for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
+        torch.testing.assert_close(x, y, atol=tol, rtol=tol)
+
+
+def test_option_is_checked():
+    from ember.core.compiler.options import check_options
+
+    assert check_options({"freezing": True}) == {"freezing": True}
+    with pytest.raises(ValueError, match="freezing"):
+        check_options({"freezing": 1})
+
+
+def test_conv_bn_relu_net_matches_eager_and_packs_every_conv(ecompile, packed):
+    torch.manual_seed(0)
+    m = _randomize_bn(ConvNet()).eval()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        ref = m(x)
+        out = ecompile(m, options=FREEZE)(x)
+    _close(out, ref)
+    assert packed == [5]
+
+
+def test_fold_rewrites_conv_with_per_channel_ops():
+    """The folds alone, on an ATen graph: conv -> sub, mul, add by constants -> one conv."""
+    w, c = torch.randn(4, 3, 3, 3), torch.randn(1, 4, 1, 1)
+
+    class G(nn.Module):
+        def forward(self, x, w, c):
+            y = torch.ops.aten.convolution.default(x, w, None, [1, 1], [0, 0], [1, 1], False,
+                                                   [0, 0], 1)
+            aten = torch.ops.aten
+            return (aten.add.Tensor(aten.mul.Tensor(c, aten.sub.Tensor(y, c)), 2.0),)
+
+    x = torch.randn(1, 3, 8, 8)
+    gm = torch.fx.symbolic_trace(G())
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    ShapeProp(gm).propagate(x, w, c)
+    for n in gm.graph.nodes:
+        tm = n.meta.get("tensor_meta")
+        n.meta["val"] = torch.empty(tm.shape) if hasattr(tm, "shape") else None
+    frozen = freezing.bake_inputs(gm, [x, w, c], [1, 2])
+    assert [f.pos for f in frozen] == [1, 2]
+    assert freezing.fold_into_convs(gm) == 3
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    ops = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert ops == [torch.ops.aten.convolution.default]
+    _close(gm(x)[0], G()(x, w, c)[0], 1e-5)
+
+
+def test_resnet18_matches_eager(ecompile, packed):
+    from ember.vision.models import resnet18
+
+    torch.manual_seed(0)
+    m = _randomize_bn(resnet18(num_classes=10)).eval()
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        ref = m(x)
+        out = ecompile(m, options=FREEZE)(x)
+    _close(out, ref, 1e-3)
+    assert packed == [20]  # every convolution, downsampling ones included
+
+
+def test_linear_mlp_matches_eager(ecompile, packed):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8)).eval()
+    x = torch.randn(5, 32)
+    with torch.no_grad():
+        ref = m(x)
+        out = ecompile(m, options=FREEZE)(x)
+    _close(out, ref)
+    assert packed == [0]
+
+
+def test_parameter_changed_in_place_after_compiling_still_correct(ecompile, caplog):
+    torch.manual_seed(0)
+    m = _randomize_bn(ConvNet()).eval()
+    x = torch.randn(1, 3, 12, 12)
+    with torch.no_grad():
+        c = ecompile(m, options=FREEZE)
+        _close(c(x), m(x))
+        m.proj.weight.mul_(2)  # in place
+        with caplog.at_level(logging.WARNING, logger="ember.fallback"):
+            _close(c(x), m(x))
+        assert "modified in place" in caplog.text
+        m.stem[1].running_mean.add_(1)  # a buffer, once unfrozen: still followed
+        _close(c(x), m(x))
+        m.load_state_dict({k: v * 0.5 for k, v in m.state_dict().items()})
+        _close(c(x), m(x))
+
+
+def test_parameter_replaced_after_compiling_still_correct(ecompile):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
+    x = torch.randn(1, 3, 8, 8)
+    with torch.no_grad():
+        c = ecompile(m, options=FREEZE)
+        _close(c(x), m(x))
+        m[0].weight.data = torch.randn(4, 3, 3, 3)  # same Parameter, new storage
+        _close(c(x), m(x))
+        m[0].bias = nn.Parameter(torch.randn(4))  # another Parameter object
+        _close(c(x), m(x))
+
+
+def test_frozen_check_reports_each_kind_of_change():
+    t = torch.randn(3)
+    frozen = [freezing.Frozen(0, t, t._version, t.data_ptr())]
+    assert freezing.changed([t], frozen) is None
+    assert "another tensor" in freezing.changed([t.clone()], frozen)
+    t.add_(1)
+    assert "in place" in freezing.changed([t], frozen)
+
+
+def test_training_graphs_ignore_freezing(ecompile, packed):
+    torch.manual_seed(0)
+    m = ConvNet().train()
+    ref_m = ConvNet().train()
+    ref_m.load_state_dict(m.state_dict())
+    x = torch.randn(2, 3, 12, 12)
+    out = ecompile(m, options=FREEZE)(x)
+    ref = ref_m(x)
+    _close(out, ref)
+    out[0].sum().backward()
+    ref[0].sum().backward()
+    _close(m.conv.weight.grad, ref_m.conv.weight.grad, 1e-3)
+    _close(m.stem[1].running_mean, ref_m.stem[1].running_mean)
+    assert packed == []
+
+
+def test_batchnorm_in_train_mode_without_grad_keeps_its_buffers_as_inputs(ecompile):
+    """Running statistics the graph updates stay inputs (written each call, as in eager)."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
+    ref_m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
+    ref_m.load_state_dict(m.state_dict())
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        c = ecompile(m, options=FREEZE)
+        for _ in range(2):
+            _close(c(x), ref_m(x))
+    _close(m[1].running_mean, ref_m[1].running_mean)
+    _close(m[1].running_var, ref_m[1].running_var)
