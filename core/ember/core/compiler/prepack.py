@@ -74,8 +74,10 @@ def _fusion(conv: Node) -> Fusion:
         return Fusion((conv,), None, "none")
     other = add.args[1] if add.args[0] is conv else add.args[0]
     ov, cv = (other.meta.get("val") if isinstance(other, Node) else None), conv.meta["val"]
+    # an NCHW addend would be copied to channels-last inside the call: the add stays a kernel
     if other is conv or not isinstance(ov, torch.Tensor) or ov.shape != cv.shape or \
-            ov.dtype != cv.dtype or ov.device != cv.device:
+            ov.dtype != cv.dtype or ov.device != cv.device or \
+            not ov.is_contiguous(memory_format=torch.channels_last):
         return Fusion((conv,), None, "none")
     relu = _only_user(add, aten.relu.default)
     if relu is None:
