@@ -238,3 +238,16 @@ def test_channels_last_values_stay_channels_last(ecompile, output_code):
     # the BN + ReLU buffer is allocated N, H, W, C and handed to the conv as an NCHW view
     assert "_empty_cpu((2, 10, 12, 16, ), (1920, 192, 16, 1, )" in wrapper, wrapper
     assert "(2, 16, 10, 12, ), (1920, 1, 192, 16, )" in wrapper, wrapper
+
+
+def test_dynamic_kernels_below_the_parallel_threshold_stay_vectorized(ecompile, output_code):
+    """A dynamic kernel's ``if`` applies to its ``parallel`` only: a bare ``if`` on a combined
+    ``parallel for simd`` also turns off the ``simd`` when false (g++ then runs every small
+    call as a scalar loop)."""
+    fn = lambda x: torch.nn.functional.gelu(x) * 2
+    f = ecompile(fn, dynamic=True)
+    for n in (3, 37, 300):
+        x = torch.randn(n, 129)
+        torch.testing.assert_close(f(x), fn(x))
+    code = "\n".join(output_code).split("wrapper:")[0]
+    assert "if(parallel: " in code and " if((" not in code

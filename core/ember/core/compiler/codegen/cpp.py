@@ -372,7 +372,10 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
     inner_n = sum((ir.numel(st.rsizes) for st in k.stages), sympy.Integer(0))
     work = outer_n * (inner_n if inner_n != 0 else 1)
     static_work = _static(work)
-    cond = "" if static_work is not None else f" if({cpp_index(work)} >= {PARALLEL_MIN_WORK})"
+    # the modifier: an ``if`` without one also applies to a combined ``simd``, whose false
+    # branch g++ compiles as a scalar loop (every small call of a dynamic kernel unvectorized)
+    cond = ("" if static_work is not None
+            else f" if(parallel: {cpp_index(work)} >= {PARALLEL_MIN_WORK})")
     par = static_work is None or static_work >= PARALLEL_MIN_WORK
     threads = ""
     if tunable:  # the tuner picks the thread count (1 = serial), so always emit the pragma
