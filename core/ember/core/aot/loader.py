@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 
 import torch
 from torch.utils import _pytree as pytree
@@ -139,6 +140,11 @@ class AOTModel:
         self._weight_handles = self._alloc([t for t in tensors if t is not None])
         ptrs = iter([_capsule_ptr(h, None) for h in self._weight_handles])
         self._arg_ptrs = [None if t is None else next(ptrs) for t in tensors]
+        # positional tensors only: the call skips flattening (the spec it would get is this)
+        n = len(self._inputs)
+        self._positional = self._in_spec == pytree.tree_flatten((tuple(range(n)), {}))[1]
+        self._single_out = self._out_spec.is_leaf()
+        self._scratch = threading.local()
 
     def __del__(self):
         handles = getattr(self, "_weight_handles", None)
@@ -146,25 +152,13 @@ class AOTModel:
             self._steal(handles)  # frees the handles (the tensors stay with the model)
 
     def __call__(self, *args, **kwargs):
-        flat, spec = pytree.tree_flatten((args, kwargs))
-        if spec != self._in_spec:
-            names = ", ".join(self.meta.args[i].name for i in self._inputs)
-            raise AOTInputError(f"{self.path} takes {len(self._inputs)} tensor input(s) "
-                                f"({names}) as the model was exported; got {len(args)} "
-                                f"positional argument(s) and keywords {sorted(kwargs)} "
-                                f"(structure {spec.num_leaves} leaves)")
-        for pos, x in zip(self._inputs, flat):
-            if not isinstance(x, torch.Tensor):
-                raise AOTInputError(f"input {self.meta.args[pos].name!r} must be a tensor, "
-                                    f"got {type(x).__name__}")
-        handles = self._alloc(flat)
-        ptrs = list(self._arg_ptrs)
+        if (kwargs or not self._positional or len(args) != len(self._inputs)
+                or not all(isinstance(x, torch.Tensor) for x in args)):
+            args = self._flatten(args, kwargs)
+        handles = self._alloc(args)
+        arg_array, out_array, err = self._buffers()
         for pos, h in zip(self._inputs, handles):
-            ptrs[pos] = _capsule_ptr(h, None)
-        n_out = self.meta.n_outputs
-        arg_array = (ctypes.c_void_p * len(ptrs))(*ptrs)
-        out_array = (ctypes.c_void_p * max(n_out, 1))()
-        err = ctypes.create_string_buffer(_ERR_LEN)
+            arg_array[pos] = _capsule_ptr(h, None)
         try:
             status = self._run(arg_array, out_array, err, _ERR_LEN)
         finally:
@@ -176,8 +170,35 @@ class AOTModel:
             if status == 3:
                 raise IndexError(message)
             raise RuntimeError(f"{self.path}: {message}")
-        outs = self._steal([_capsule_new(out_array[i], None, None) for i in range(n_out)])
-        return pytree.tree_unflatten(outs, self._out_spec)
+        outs = self._steal([_capsule_new(out_array[i], None, None)
+                            for i in range(self.meta.n_outputs)])
+        return outs[0] if self._single_out else pytree.tree_unflatten(outs, self._out_spec)
+
+    def _flatten(self, args: tuple, kwargs: dict) -> list:
+        """The call's tensors in the exported order, checked against the export's structure."""
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        if spec != self._in_spec:
+            names = ", ".join(self.meta.args[i].name for i in self._inputs)
+            raise AOTInputError(f"{self.path} takes {len(self._inputs)} tensor input(s) "
+                                f"({names}) as the model was exported; got {len(args)} "
+                                f"positional argument(s) and keywords {sorted(kwargs)} "
+                                f"(structure {spec.num_leaves} leaves)")
+        for pos, x in zip(self._inputs, flat):
+            if not isinstance(x, torch.Tensor):
+                raise AOTInputError(f"input {self.meta.args[pos].name!r} must be a tensor, "
+                                    f"got {type(x).__name__}")
+        return flat
+
+    def _buffers(self):
+        """This thread's argument array (the weights' pointers filled in), output array and
+        error buffer: made on the thread's first call, reused by its later calls."""
+        got = getattr(self._scratch, "buffers", None)
+        if got is None:
+            got = ((ctypes.c_void_p * len(self._arg_ptrs))(*self._arg_ptrs),
+                   (ctypes.c_void_p * max(self.meta.n_outputs, 1))(),
+                   ctypes.create_string_buffer(_ERR_LEN))
+            self._scratch.buffers = got
+        return got
 
 
 def _supplied(weights: dict, a: package.Arg) -> torch.Tensor:
