@@ -217,6 +217,38 @@ def test_models_match_eager(make, shape, tmp_path):
             _close(loaded(x), model(x), torch.float32)
 
 
+class _Attention(nn.Module):
+    """Attention on views of one projection, with a bool mask; returns the attention output
+    itself (ATen's layout: (B, L, H, D) in memory) and a reshape of it."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.proj = nn.Linear(32, 96)
+
+    def forward(self, x, mask):
+        from ember.core.nn.functional import scaled_dot_product_attention
+
+        b, n, _ = x.shape
+        q, k, v = (t.view(b, n, 4, 8).transpose(1, 2) for t in self.proj(x).split(32, -1))
+        o = scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return o.transpose(1, 2).reshape(b, n, 32) * 2, o
+
+
+def test_attention_outputs_in_atens_layout_match_eager(tmp_path):
+    model = _Attention().eval()
+    mask = torch.rand(10, 10) > 0.3
+    mask[:, 0] = True
+    path = aot.aot_compile(model, (torch.randn(2, 10, 32), mask),
+                           dynamic_shapes=({0: BATCH}, None), path=str(tmp_path / "a.pt2"))
+    loaded = aot.aot_load(path)
+    with torch.no_grad():
+        for n in (1, 3):
+            x = torch.randn(n, 10, 32)
+            for got, want in zip(loaded(x, mask), model(x, mask)):
+                _close(got, want, torch.float32)
+
+
 class _ConvHead(nn.Module):
     """Two convolutions and a 4-D output: the output must keep eager's (NCHW) layout."""
 

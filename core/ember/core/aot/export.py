@@ -7,6 +7,7 @@ table then brings the graph to the ops our lowering takes, and ops registered fr
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import sympy
@@ -76,6 +77,14 @@ def sdpa_onto_aten(gm: torch.fx.GraphModule) -> None:
             node.target = target
             node.args = (q, k, v, 0.0, is_causal)
             node.kwargs = {"attn_mask": mask, "scale": scale}
+            # ATen's outputs keep their own layout (the output (B, L, H, D) in memory): the
+            # graph's buffers declare it, or each call would copy it into ember::sdpa's
+            node.meta["val"] = target(
+                *(a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in node.args),
+                attn_mask=None if mask is None else mask.meta["val"], scale=scale)
+            for user in node.users:
+                if user.target is operator.getitem:
+                    user.meta["val"] = node.meta["val"][user.args[1]]
     gm.recompile()
 
 
