@@ -216,3 +216,22 @@ def test_batchnorm_in_train_mode_without_grad_keeps_its_buffers_as_inputs(ecompi
             _close(c(x), ref_m(x))
     _close(m[1].running_mean, ref_m[1].running_mean)
     _close(m[1].running_var, ref_m[1].running_var)
+
+
+def test_a_failing_rewrite_compiles_the_graph_unfrozen(monkeypatch, caplog):
+    import ember.core as ec
+
+    def broken(gm, fake_mode):
+        raise RuntimeError("no packing today")
+
+    monkeypatch.setattr(prepack, "apply", broken)
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
+    x = torch.randn(1, 3, 8, 8)
+    torch._dynamo.reset()
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="ember.fallback"):
+        _close(ec.compile(m, options=FREEZE)(x), m(x))
+    assert "no packing today" in caplog.text
+    torch._dynamo.reset()
+    with torch.no_grad(), pytest.raises(Exception, match="no packing today"):
+        ec.compile(m, options={**FREEZE, "strict": True})(x)
+    torch._dynamo.reset()

@@ -47,7 +47,8 @@ def _make_aot(options: dict, params: list):
         log.info("inference graph: %d nodes", len(gm.graph.nodes))
         log_graph("inference", gm)
         if options.get("freezing"):
-            return freezing.freeze(gm, example_inputs, params, infer)
+            return freezing.freeze(gm, example_inputs, params, infer,
+                                   strict=bool(options.get("strict")))
         return infer(gm, example_inputs)
 
     return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,

@@ -254,6 +254,22 @@ def _fake_constants(gm: GraphModule, fake_mode) -> None:
             n.meta["val"] = fake_mode.from_tensor(t, static_shapes=True)
 
 
+def _drop_unused(gm: GraphModule) -> None:
+    """Free the constants no node reads any more (weights before folding or packing)."""
+    used = {n.target for n in gm.graph.find_nodes(op="get_attr")}
+    for name in [b for b in gm._buffers if b not in used]:
+        del gm._buffers[name]
+
+
+def _matches(placeholders: list[Node], real_inputs, positions: list[int]) -> bool:
+    """Whether the graph's inputs at ``positions`` are shaped as the real tensors."""
+    for i in positions:
+        v = placeholders[i].meta.get("val")
+        if not isinstance(v, torch.Tensor) or tuple(v.shape) != tuple(real_inputs[i].shape):
+            return False
+    return True
+
+
 def frozen_graph(gm: GraphModule, example_inputs, real_inputs, positions: list[int]):
     """A copy of ``gm`` with the inputs at ``positions`` (parameters, buffers) baked in and
     rewritten; returns (graph, frozen inputs, the example inputs left)."""
@@ -269,6 +285,7 @@ def frozen_graph(gm: GraphModule, example_inputs, real_inputs, positions: list[i
     n_packed = prepack.apply(gm, fake_mode)
     _constant_outputs(gm)
     gm.graph.eliminate_dead_code()
+    _drop_unused(gm)
     gm.graph.lint()
     gm.recompile()
     taken = {f.pos for f in frozen}
@@ -278,17 +295,28 @@ def frozen_graph(gm: GraphModule, example_inputs, real_inputs, positions: list[i
     return gm, frozen, rest
 
 
-def freeze(gm: GraphModule, example_inputs, real_inputs, compile_fn: Callable):
+def freeze(gm: GraphModule, example_inputs, real_inputs, compile_fn: Callable, *,
+           strict: bool = False):
     """``compile_fn`` over the frozen graph, behind the per-call check of the frozen inputs;
-    ``compile_fn(gm, example_inputs)`` of the graph as it is when nothing can be frozen."""
+    ``compile_fn(gm, example_inputs)`` of the graph as it is when nothing can be frozen (or
+    the rewrites fail, logged; ``strict`` raises)."""
     positions = parameter_positions(real_inputs)
     placeholders = gm.graph.find_nodes(op="placeholder")
-    if len(placeholders) != len(real_inputs) or not positions:
+    if len(placeholders) != len(real_inputs) or not positions or \
+            not _matches(placeholders, real_inputs, positions):
         log.info("nothing frozen: %s", "no parameters among the inputs" if not positions else
                  "the graph's inputs are not Dynamo's")
         return compile_fn(gm, example_inputs)
-    with unset_fake_temporarily():  # AOTAutograd compiles under its fake mode
-        made = frozen_graph(gm, example_inputs, real_inputs, positions)
+    try:
+        # AOTAutograd compiles under its fake mode; folds are computed on the real tensors
+        with unset_fake_temporarily(), torch.no_grad():
+            made = frozen_graph(gm, example_inputs, real_inputs, positions)
+    except Exception as e:
+        if strict:
+            raise
+        fallback_log.warning("freezing failed, the graph is compiled unfrozen: %s: %s",
+                             type(e).__name__, e)
+        made = None
     if made is None:
         return compile_fn(gm, example_inputs)
     frozen_gm, frozen, rest = made
