@@ -137,15 +137,21 @@ def test_resnet18_matches_eager(ecompile, packed):
     assert packed == [20]  # every convolution, downsampling ones included
 
 
-def test_linear_mlp_matches_eager(ecompile, packed):
+@pytest.mark.parametrize("sizes, batch, n_packed", [((32, 64, 8), 5, 0),  # skinny: loops
+                                                     ((64, 128, 48), 32, 2)])
+def test_linear_mlp_matches_eager(ecompile, packed, sizes, batch, n_packed):
     torch.manual_seed(0)
-    m = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8)).eval()
-    x = torch.randn(5, 32)
+    a, b, c = sizes
+    m = nn.Sequential(nn.Linear(a, b), nn.ReLU(), nn.Linear(b, c)).eval()
+    x = torch.randn(batch, a)
     with torch.no_grad():
         ref = m(x)
-        out = ecompile(m, options=FREEZE)(x)
-    _close(out, ref)
-    assert packed == [0]
+        compiled = ecompile(m, options=FREEZE)
+        out = compiled(x)
+        _close(out, ref)
+        assert packed == [n_packed]
+        y = torch.randn(batch + 3, a)  # another batch size (recompiled, maybe dynamic)
+        _close(compiled(y), m(y))
 
 
 def test_parameter_changed_in_place_after_compiling_still_correct(ecompile, caplog):

@@ -1,10 +1,17 @@
-"""Prepacked convolutions for frozen inference graphs (``freezing.py`` calls ``apply``).
+"""Prepacked weights for frozen inference graphs (``freezing.py`` calls ``apply``): packed
+once, at compile time, for this CPU, in the process only (never in the disk cache).
 
-A 2-D float32 convolution with a constant weight and static input sizes becomes oneDNN's
-``mkldnn._convolution_pointwise`` on a weight reordered once, at compile time, into oneDNN's
-blocked layout for this CPU (in the process only, never on disk); a following ``relu``, or
-``add`` of a same-shaped tensor (and a ``relu`` after it), runs inside the call. Its output
-is channels-last, so the layout flows on to the next convolution with no reorder per call.
+Convolutions: a 2-D float32 convolution with a constant weight and static input sizes
+becomes oneDNN's ``mkldnn._convolution_pointwise`` on a weight reordered into oneDNN's
+blocked layout; a following ``relu``, or ``add`` of a same-shaped tensor (and a ``relu``
+after it), runs inside the call. Its output is channels-last, so the layout flows on to the
+next convolution with no reorder per call.
+
+Linears: ``addmm`` / ``mm`` by a constant transposed weight with static sizes becomes MKL's
+``mkl._mkl_linear`` on a weight packed for the batch size (another batch size runs the
+unpacked weight). On Faster R-CNN's box head ([337, 12544] @ [12544, 1024], one thread) it
+took 110 ms where oneDNN's linear took 121-140 ms and MKL's sgemm 108-138 ms (noisy runs);
+on [337, 1024] @ [1024, 1024] 8.9 ms against 10.8 and 10.8.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from typing import NamedTuple
 
 import torch
 from torch.fx import GraphModule, Node
+
+from ember.core.compiler.lowering.externs import SKINNY_MM
 
 aten = torch.ops.aten
 _names = itertools.count()
@@ -31,6 +40,10 @@ def available() -> bool:
     return torch.backends.mkldnn.is_available() and \
         hasattr(torch.ops.mkldnn, "_convolution_pointwise") and \
         hasattr(torch.ops.mkldnn, "_reorder_convolution_weight")
+
+
+def _mkl_available() -> bool:
+    return torch._C.has_mkl and hasattr(torch.ops.mkl, "_mkl_linear")
 
 
 def _static(v) -> bool:
@@ -114,8 +127,9 @@ def _pack(gm: GraphModule, conv: Node, weight, bias, fake_mode) -> None:
         gm.graph.erase_node(n)
 
 
-_PACKED = (torch.ops.mkldnn._convolution_pointwise.default,
-           torch.ops.mkldnn._convolution_pointwise.binary) if available() else ()
+_PACKED = ((torch.ops.mkldnn._convolution_pointwise.default,
+            torch.ops.mkldnn._convolution_pointwise.binary) if available() else ()) + \
+    ((torch.ops.mkl._mkl_linear.default,) if _mkl_available() else ())
 
 
 def propagate(gm: GraphModule, fake_mode) -> None:
@@ -133,15 +147,69 @@ def propagate(gm: GraphModule, fake_mode) -> None:
             n.meta["val"] = n.target(*args, **kwargs)
 
 
+def _pack_conv(gm: GraphModule, conv: Node, fake_mode) -> bool:
+    operands = _weight_of(gm, conv)
+    if operands is None:
+        return False
+    _pack(gm, conv, *operands, fake_mode)
+    return True
+
+
+def _constant(gm: GraphModule, n, dim: int) -> torch.Tensor | None:
+    """The float32 strided ``dim``-D constant ``n`` holds, else None."""
+    if not (isinstance(n, Node) and n.op == "get_attr"):
+        return None
+    t = getattr(gm, n.target)
+    ok = t.layout == torch.strided and t.dtype == torch.float32 and t.dim() == dim
+    return t if ok else None
+
+
+def _pack_linear(gm: GraphModule, node: Node, fake_mode) -> bool:
+    """``addmm(bias, x, w.t())`` / ``mm(x, w.t())`` with constant ``w`` -> MKL's packed
+    linear, for static sizes none of which is skinny (those run as loop reductions)."""
+    if node.kwargs or not _mkl_available():
+        return False
+    bias, x, wt = node.args if node.target is aten.addmm.default else (None, *node.args)
+    weight, xv = _constant(gm, wt, 2), x.meta.get("val") if isinstance(x, Node) else None
+    if weight is None or not _static(xv) or xv.dim() != 2 or xv.dtype != torch.float32 or \
+            xv.device.type != "cpu" or (bias is not None and _constant(gm, bias, 1) is None):
+        return False
+    (m, k), n = xv.shape, weight.shape[1]
+    if min(m, k, n) <= SKINNY_MM:
+        return False
+    weight = weight.t().contiguous()
+    names = (f"_packed{next(_names)}", f"_packed{next(_names)}")
+    gm.register_buffer(names[0], torch.ops.mkl._mkl_reorder_linear_weight(weight, m),
+                       persistent=False)
+    gm.register_buffer(names[1], weight, persistent=False)
+    with gm.graph.inserting_before(node):
+        packed, orig = gm.graph.get_attr(names[0]), gm.graph.get_attr(names[1])
+        new = gm.graph.call_function(torch.ops.mkl._mkl_linear.default,
+                                     (x, packed, orig, bias, m))
+    packed.meta["val"] = None
+    orig.meta["val"] = fake_mode.from_tensor(weight, static_shapes=True)
+    with fake_mode:
+        new.meta["val"] = torch.empty((m, n), dtype=torch.float32)
+    node.replace_all_uses_with(new)
+    gm.graph.erase_node(node)
+    return True
+
+
+PACKERS = {
+    aten.convolution.default: _pack_conv,
+    aten.addmm.default: _pack_linear,
+    aten.mm.default: _pack_linear,
+}
+
+
 def apply(gm: GraphModule, fake_mode) -> int:
-    """Pack every convolution that qualifies; returns how many."""
+    """Pack every convolution and linear that qualifies; returns how many."""
     if not available() or fake_mode is None:
         return 0
     packed = 0
-    for conv in list(gm.graph.nodes):
-        operands = _weight_of(gm, conv)
-        if operands is not None:
-            _pack(gm, conv, *operands, fake_mode)
+    for node in list(gm.graph.nodes):
+        packer = PACKERS.get(node.target) if node.op == "call_function" else None
+        if packer is not None and packer(gm, node, fake_mode):
             packed += 1
     if packed:
         propagate(gm, fake_mode)

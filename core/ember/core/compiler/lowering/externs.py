@@ -42,6 +42,8 @@ EXTERN_OPS = {
     aten._linalg_check_errors,  # linalg's error checks (under with_effects)
     *((torch.ops.mkldnn._convolution_pointwise,)  # prepacked convolutions (freezing)
       if hasattr(torch.ops.mkldnn, "_convolution_pointwise") else ()),
+    *((torch.ops.mkl._mkl_linear,)  # prepacked linears (freezing)
+      if torch._C.has_mkl and hasattr(torch.ops.mkl, "_mkl_linear") else ()),
 }
 
 
