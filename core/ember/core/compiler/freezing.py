@@ -3,10 +3,10 @@ Dynamo lifts as graph inputs become constants baked in at compile time.
 
 ``freeze`` turns those inputs into constants, folds what depends only on constants (a
 BatchNorm's scale and shift become the preceding convolution's weight and bias), hands the
-graph to ``prepack`` (oneDNN-packed convolutions) and compiles what is left. The callable it
-returns checks, per call, that every frozen tensor is the same object with the same version
-and storage; on a change it compiles the graph again unfrozen and runs that from then on, with
-the reason logged on ``ember.fallback``. Packed weights live in the process only.
+graph to ``prepack`` (packed convolution and linear weights) and compiles what is left.
+The callable it returns checks, per call, that every frozen tensor is the same object with
+the same version and storage; on a change it compiles the graph again unfrozen and runs that
+from then on, with the reason logged on ``ember.fallback``. Packed weights live in the process only.
 """
 
 from __future__ import annotations
