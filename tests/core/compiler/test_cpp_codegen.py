@@ -235,8 +235,9 @@ def test_channels_last_values_stay_channels_last(ecompile, output_code):
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     assert out.stride() == ref.stride() == (1920, 1, 192, 16)
     wrapper = "\n".join(output_code).split("wrapper:")[1]
-    # the BN + ReLU buffer is allocated N, H, W, C and handed to the conv as an NCHW view
-    assert "_empty_cpu((2, 10, 12, 16, ), (1920, 192, 16, 1, )" in wrapper, wrapper
+    # the BN + ReLU buffer is laid out N, H, W, C (written in place into the conv's
+    # channels-last output, the same memory) and handed to the conv as an NCHW view
+    assert "(2, 10, 12, 16, ), (1920, 192, 16, 1, ), 0)  # in place" in wrapper, wrapper
     assert "(2, 16, 10, 12, ), (1920, 1, 192, 16, )" in wrapper, wrapper
 
 

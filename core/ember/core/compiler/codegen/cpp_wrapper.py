@@ -16,6 +16,7 @@ through ``cpp_wrapper_runtime.cpp``, built once per machine."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from importlib import resources
 
@@ -207,7 +208,7 @@ class CppWrapper:
     def render(self, steps: list[WrapperStep]) -> str:
         for s in steps:
             getattr(self, "_" + type(s).__name__)(s)
-        body = "\n".join("  " + ln for ln in self.lines)
+        body = "\n".join("  " + ln for ln in _release_dead(self.lines))
         checks = "\n".join("  " + ln for ln in self._input_checks())
         decls = "\n".join(self.decls.values())
         consts = "".join(f"  ember_aot::Tensor {name} = ember_aot::arg(args, {self.n_args + i});\n"
@@ -271,7 +272,9 @@ int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) 
                               f"{_ints(b.stride)});")
 
     def _Alias(self, s: Alias):
-        self.lines.append(f"ember_aot::Tensor {s.name} = {s.src};  // {s.why}")
+        src = s.src if s.layout is None else \
+            f"ember_aot::view({s.src}, {_ints(s.layout.size)}, {_ints(s.layout.stride)}, 0)"
+        self.lines.append(f"ember_aot::Tensor {s.name} = {src};  // {s.why}")
 
     def _Alloc(self, s: Alloc):
         b = s.buf
@@ -323,6 +326,10 @@ int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) 
             pushes.append(self._push(v, arg.type))
         self.tmp += 1
         call = f"call{self.tmp}"
+        outs = [b for b in step.outs if b is not None]
+        if outs:
+            self.lines.append(f"ember_aot::Tensor {', '.join(b.name for b in outs)};")
+        self.lines.append("{  // the call's stack (its returns) is freed at the block's end")
         self.lines.append(f"static void* const {handle}_{self.tmp} = "
                           f"ember_aot::op({_c_string(schema.name)}, "
                           f"{_c_string(schema.overload_name)});")
@@ -339,7 +346,8 @@ int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) 
                 got = f"{call}.out({0 if step.out_tree == 'single' else k})"
             if b.size:
                 got = f"ember_aot::fix({got}, {_ints(b.size)}, {_ints(b.stride)})"
-            self.lines.append(f"ember_aot::Tensor {b.name} = {got};")
+            self.lines.append(f"{b.name} = {got};")
+        self.lines.append("}")
 
     def _Check(self, s: Check):
         self.lines.append(f"ember_aot::check_index({self._tensor(s.flag)}, "
@@ -351,6 +359,27 @@ int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) 
             self.lines.append(f"ember_aot::Tensor out{i} = {out};")
         for i in range(len(s.outputs)):
             self.lines.append(f"outputs[{i}] = ember_aot::release(out{i});")
+
+
+_BUFFER = re.compile(r"\bbuf\d+\b")
+
+
+def _release_dead(lines: list[str]) -> list[str]:
+    """``lines`` with each buffer's handle dropped after the last line naming it: its memory
+    goes back to the allocator there, for later allocations of the call to reuse, instead
+    of at the end of the call (every handle alive at once, each call's memory fresh)."""
+    last = {}
+    for i, ln in enumerate(lines):
+        for name in _BUFFER.findall(ln):
+            last[name] = i
+    dead: dict[int, list[str]] = {}
+    for name, i in last.items():
+        dead.setdefault(i, []).append(name)
+    out = []
+    for i, ln in enumerate(lines):
+        out.append(ln)
+        out += [f"{name} = ember_aot::Tensor();" for name in sorted(dead.get(i, ()))]
+    return out
 
 
 def _c_string(s: str) -> str:

@@ -48,11 +48,14 @@ class FixStrides(NamedTuple):
 
 
 class Alias(NamedTuple):
-    """A kernel output written into a dead buffer (``why``: "in place" or "reuse")."""
+    """A kernel output written into a dead buffer (``why``: "in place" or "reuse");
+    ``layout``: the output's buffer when its sizes or strides differ from the dead one's (the
+    same dense memory seen through other dimensions: the alias is a view in its layout)."""
 
     name: str
     src: str
     why: str
+    layout: Buffer | None = None
 
 
 class Alloc(NamedTuple):
@@ -85,7 +88,29 @@ WrapperStep = (BindInput | BindSize | BindSymbol | FixStrides | Alias | Alloc | 
 
 
 def layout_key(b: Buffer) -> tuple:
+    """Buffers of one key can hold each other's values: dense layouts of as many elements
+    of one dtype (an NHWC kernel output and a channels-last NCHW one), else equal layouts."""
+    if _dense(b):
+        return ("dense", str(sympy.expand(ir.numel(b.size))), b.dtype)
     return (tuple(map(str, b.size)), tuple(map(str, b.stride)), b.dtype)
+
+
+def _dense(b: Buffer) -> bool:
+    """Its elements fill its memory without gaps or overlaps (in some order of its dims)."""
+    left = [d for d in range(len(b.size)) if not ir.same(b.size[d], sympy.Integer(1))]
+    acc = sympy.Integer(1)
+    while left:
+        d = next((d for d in left if ir.same(b.stride[d], acc)), None)
+        if d is None:
+            return False
+        left.remove(d)
+        acc = acc * b.size[d]
+    return True
+
+
+def _alias(b: Buffer, src: Buffer, why: str) -> Alias:
+    same = ir.same_sizes(b.size, src.size) and ir.same_sizes(b.stride, src.stride)
+    return Alias(b.name, src.name, why, None if same else b)
 
 
 class _Planner:
@@ -171,11 +196,11 @@ class _Planner:
                     key = layout_key(b)
                     src = inplace.get(b.name)
                     if src is not None and layout_key(src) == key:
-                        self.out.append(Alias(b.name, src.name, "in place"))
+                        self.out.append(_alias(b, src, "in place"))
                         reusable.discard(src.name)
                         inplace = {k: v for k, v in inplace.items() if v is not src}
                     elif pool.get(key):
-                        self.out.append(Alias(b.name, pool[key].pop(), "reuse"))
+                        self.out.append(_alias(b, buffers[pool[key].pop()], "reuse"))
                     else:
                         self.out.append(Alloc(b))
                     if b.name not in out_names:
@@ -331,7 +356,12 @@ class PythonWrapper:
                        for b in s.bufs]
 
     def _Alias(self, s: Alias):
-        self.lines.append(f"{s.name} = {s.src}  # {s.why}")
+        if s.layout is None:
+            self.lines.append(f"{s.name} = {s.src}  # {s.why}")
+        else:
+            b = s.layout
+            self.lines.append(f"{s.name} = _view({s.src}, {_tup(b.size)}, {_tup(b.stride)}, 0)"
+                              f"  # {s.why}")
 
     def _Alloc(self, s: Alloc):
         b = s.buf
