@@ -1,14 +1,18 @@
-"""`ember bench detection`: Faster R-CNN inference end to end, eager vs Inductor vs Ember (#20).
+"""`ember bench detection`: Faster R-CNN inference end to end, eager vs Inductor vs Ember (#20),
+each compiler also with freezing (parameters baked in as constants).
 
 The whole model call of ``ember.vision.models.detection.fasterrcnn_resnet50_fpn`` (random
 weights, eval): GeneralizedRCNNTransform's normalize + resize, the ResNet-50 + FPN backbone,
 the RPN (anchors, box decoding, NMS), MultiScaleRoIAlign, the box head and the
 postprocessing back to image coordinates. Two images of 320 x 320 (quick: one of 128 x 128).
 
-Each compiled model is ``torch.compile(model, backend=...)``; its first two calls are the
+Each compiled model is ``torch.compile(model, backend=...)`` (``-freezing`` rows: Inductor
+under ``torch._inductor.config.freezing = True``, Ember with ``options={"freezing": True}``;
+Inductor's flag is set around every call of that row, since a retrace reads it); its first
+two calls are the
 compile (the RPN's proposal counts are data-dependent, so some graphs recompile once with
 dynamic sizes), during which the Dynamo graph breaks and the compiled graphs are counted.
-The three are then timed round-robin (median of rounds, one call per sample) with one
+The models are then timed round-robin (median of rounds, one call per sample) with one
 thread and with torch's default thread count, in the same process. A compiled model's
 detections are matched to eager's per image (same label, box within :data:`BOX_TOL`
 pixels, in any order).
@@ -16,13 +20,39 @@ pixels, in any order).
 
 from __future__ import annotations
 
+import contextlib
 import time
+from typing import NamedTuple
 
 import torch
 
 from ember.tools.bench.harness import BenchResult, _report, compare_timings
 
-BACKENDS = ("inductor", "ember")
+
+class Variant(NamedTuple):
+    """One compiled row: the backend, its options, and whether Inductor's freezing is on."""
+
+    backend: str
+    options: dict | None = None
+    inductor_freezing: bool = False
+
+    def context(self):
+        if not self.inductor_freezing:
+            return contextlib.nullcontext()
+        import torch._inductor.config as inductor_config
+
+        return inductor_config.patch(freezing=True)
+
+
+VARIANTS = {
+    "inductor": Variant("inductor"),
+    # the option alone freezes nothing (Dynamo reads the global flag when it traces); it keeps
+    # Dynamo from reusing the plain Inductor row's compiled entries, whose backend would
+    # otherwise compare equal
+    "inductor-freezing": Variant("inductor", {"freezing": True}, inductor_freezing=True),
+    "ember": Variant("ember"),
+    "ember-freezing": Variant("ember", {"freezing": True}),
+}
 BOX_TOL = 0.5  # pixels: float32 rounding of ~80 GFLOP of convolutions moves boxes a little
 TARGET = 1.2   # issue #20: ember at least 1.2x eager on the whole model call
 
@@ -65,8 +95,8 @@ def compare_detections(got: list[dict], ref: list[dict]) -> tuple[float, float]:
     return (found / max(total + extra, 1) if total or extra else 1.0), worst
 
 
-def _compile(backend: str, model: torch.nn.Module, images: list[torch.Tensor]) -> dict:
-    """Compile ``model`` with ``backend`` (two calls); its graph breaks, graphs, compile
+def _compile(variant: Variant, model: torch.nn.Module, images: list[torch.Tensor]) -> dict:
+    """Compile ``model`` as ``variant`` says (two calls); its graph breaks, graphs, compile
     seconds and output."""
     from torch._dynamo.utils import counters
 
@@ -74,14 +104,22 @@ def _compile(backend: str, model: torch.nn.Module, images: list[torch.Tensor]) -
     # (frames already known to hold no graph) would hide graph breaks from this one's count
     torch._dynamo.reset()
     counters.clear()
-    compiled = torch.compile(model, backend=backend)
+    compiled = torch.compile(model, backend=variant.backend, options=variant.options)
     t0 = time.perf_counter()
-    with torch.no_grad():
+    with torch.no_grad(), variant.context():
         compiled(images)
         out = compiled(images)
-    return {"fn": compiled, "compile_s": time.perf_counter() - t0,
+    # Inductor's own count of convolution weights it packed (0 when freezing did not happen)
+    packed = counters["inductor"].get("mkldnn_conv_weight_pack_matcher_count", 0)
+    return {"fn": compiled, "context": variant.context, "inductor_packed": packed,
+            "compile_s": time.perf_counter() - t0,
             "graph_breaks": sum(counters["graph_break"].values()),
             "graphs": counters["stats"]["unique_graphs"], "out": out}
+
+
+def _call(fn, context, images):
+    with context():
+        return fn(images)
 
 
 def run(quick: bool = False) -> BenchResult:
@@ -94,15 +132,15 @@ def run(quick: bool = False) -> BenchResult:
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 32)
     with torch.no_grad():
         eager_out = model(images)
-    entries = {"eager": {"fn": model, "compile_s": 0.0, "graph_breaks": "-", "graphs": "-",
-                         "out": eager_out}}
+    entries = {"eager": {"fn": model, "context": contextlib.nullcontext, "compile_s": 0.0,
+                         "graph_breaks": "-", "graphs": "-", "out": eager_out}}
     errors = []
-    for backend in BACKENDS:
-        _report(f"compiling with {backend}")
+    for name, variant in VARIANTS.items():
+        _report(f"compiling {name}")
         try:
-            entries[backend] = _compile(backend, model, images)
+            entries[name] = _compile(variant, model, images)
         except Exception as exc:  # a backend that cannot run the model is a result
-            errors.append(f"{backend}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+            errors.append(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
     columns = ["threads", "backend", "ms", "speed-up vs eager", "graph breaks",
                "compiled graphs", "compile s", "detections matched %", "max box diff px"]
     rows = []
@@ -111,8 +149,7 @@ def run(quick: bool = False) -> BenchResult:
         torch.set_num_threads(threads)
         calls = {}
         for name, e in entries.items():
-            fn = e["fn"]
-            calls[name] = lambda fn=fn: fn(images)
+            calls[name] = lambda fn=e["fn"], ctx=e["context"]: _call(fn, ctx, images)
         with torch.no_grad():
             # the warm-up call retraces the models compiled before the last reset (their
             # kernels come from the caches)
@@ -133,7 +170,14 @@ def run(quick: bool = False) -> BenchResult:
              f"detections matched: eager's detections found (same label, every coordinate "
              f"within {BOX_TOL} px, any order) over all detections of both; random heads "
              "score many boxes almost alike, so rounding can swap the last ones kept"]
+    if "inductor-freezing" in entries:
+        notes.append("inductor-freezing: Inductor packed "
+                     f"{entries['inductor-freezing']['inductor_packed']} convolution weights")
     notes += [f"error: {e}" for e in errors]
+    notes.append("-freezing rows: parameters and buffers baked in as constants at compile "
+                 "time (Inductor: torch._inductor.config.freezing = True; Ember: "
+                 "options={'freezing': True}: folded BatchNorms, prepacked oneDNN convolutions)")
     title = (f"Faster R-CNN (fasterrcnn_resnet50_fpn) inference end to end: eager vs "
-             f"Inductor vs Ember, {n}x{side}x{side}{' (quick)' if quick else ''}")
+             f"Inductor vs Ember (each also with freezing), {n}x{side}x{side}"
+             f"{' (quick)' if quick else ''}")
     return BenchResult("detection", title, columns, rows, notes)
