@@ -243,3 +243,24 @@ def test_a_failing_rewrite_compiles_the_graph_unfrozen(monkeypatch, caplog):
     with torch.no_grad(), pytest.raises(Exception, match="no packing today"):
         ec.compile(m, options={**FREEZE, "strict": True})(x)
     torch._dynamo.reset()
+
+
+def test_dynamic_sizes_fold_but_do_not_pack(ecompile, packed):
+    """Symbolic sizes: BatchNorms still fold; packing needs static sizes and is skipped."""
+    torch.manual_seed(0)
+    m = _randomize_bn(ConvNet()).eval()
+    compiled = ecompile(m, options=FREEZE, dynamic=True)
+    with torch.no_grad():
+        for side in (12, 15):
+            x = torch.randn(1, 3, side, side)
+            _close(compiled(x), m(x))
+    assert packed and all(n == 0 for n in packed)
+
+
+def test_float64_model_matches_eager(ecompile, packed):
+    torch.manual_seed(0)
+    m = _randomize_bn(ConvNet()).double().eval()
+    x = torch.randn(1, 3, 12, 12, dtype=torch.float64)
+    with torch.no_grad():
+        _close(ecompile(m, options=FREEZE)(x), m(x), 1e-9)
+    assert packed == [0]  # oneDNN packing is float32 only; the folds still apply
