@@ -249,6 +249,24 @@ def test_attention_outputs_in_atens_layout_match_eager(tmp_path):
                 _close(got, want, torch.float32)
 
 
+def test_attention_heads_and_output_stay_views_of_their_buffers(tmp_path):
+    """Heads split out of one projection reach attention as views of it, and the output's
+    transpose back is a view too: the encoder's wrapper copies nothing around attention."""
+    model = encoder()
+    path = _compile(model, torch.randn(2, 10, 32), tmp_path, "enc")
+    with zipfile.ZipFile(path) as z:
+        kernels = z.read("source/kernels.cpp").decode()
+        wrapper = z.read("source/wrapper.cpp").decode()
+    # per layer: layer norm with the residual add (2), relu; no head or output copies
+    assert kernels.count('extern "C" void kernel') == 6, wrapper
+    assert wrapper.count("}, 32)).tensor(ember_aot::view(buf") == 2, wrapper  # k's offset
+    loaded = aot.aot_load(path)
+    with torch.no_grad():
+        for n in (1, 3):
+            x = torch.randn(n, 10, 32)
+            _close(loaded(x), model(x), torch.float32)
+
+
 class _ConvHead(nn.Module):
     """Two convolutions and a 4-D output: the output must keep eager's (NCHW) layout."""
 

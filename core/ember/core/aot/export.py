@@ -16,6 +16,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 from torch.utils._sympy.numbers import int_oo
 
+from ember.core.aot.views import drop_contiguous_clones, split_heads_as_views
 from ember.core.compiler.decompose import decomposition_table
 
 
@@ -142,6 +143,8 @@ def export(model, example_args: tuple, dynamic_shapes=None) -> ExportedGraph:
     gm = ep.graph_module
     sdpa_onto_aten(gm)
     scalars_onto_scalar_overloads(gm)
+    split_heads_as_views(gm)
+    drop_contiguous_clones(gm)
     sig = ep.graph_signature
     placeholders, tensors = [], {}
     for spec in sig.input_specs:
