@@ -176,7 +176,8 @@ def run(quick: bool = False) -> BenchResult:
     notes += [f"error: {e}" for e in errors]
     notes.append("-freezing rows: parameters and buffers baked in as constants at compile "
                  "time (Inductor: torch._inductor.config.freezing = True; Ember: "
-                 "options={'freezing': True}: folded BatchNorms, prepacked oneDNN convolutions)")
+                 "options={'freezing': True}: folded BatchNorms, prepacked oneDNN convolutions "
+                 "and MKL linears)")
     title = (f"Faster R-CNN (fasterrcnn_resnet50_fpn) inference end to end: eager vs "
              f"Inductor vs Ember (each also with freezing), {n}x{side}x{side}"
              f"{' (quick)' if quick else ''}")
