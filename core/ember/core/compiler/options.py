@@ -30,8 +30,8 @@ OPTIONS = {
                                            "channels-last activations and weights "
                                            "(default True)"),
     "freezing": Option((True, False), "inference graphs take parameters and buffers as "
-                                      "constants: folded, convolution weights prepacked "
-                                      "(default False)"),
+                                      "constants: folded, convolution and linear weights "
+                                      "prepacked (default False)"),
     "cpu_isa": Option(isa.NAMES, "instruction-set level of C++ kernels (default: "
                                  f"${isa.ENV}, else native)"),
 }
