@@ -82,6 +82,15 @@ def test_roi_align(aligned, sampling, scale):
 
 
 @compares("ops:roi_align")
+@pytest.mark.parametrize("aligned", [False, True])
+def test_roi_align_channels_last_input(aligned):
+    x = image((2, 5, 13, 17)).contiguous(memory_format=torch.channels_last)
+    r = rois(40, 2, 13 / 0.5, 17 / 0.5, seed=4)
+    close(eops.roi_align(x, r, (3, 4), 0.5, 2, aligned),
+          tops.roi_align(x, r, (3, 4), 0.5, 2, aligned))
+
+
+@compares("ops:roi_align")
 def test_roi_align_box_list_float64_and_empty():
     x = image((2, 3, 11, 9), dtype=torch.float64)
     r = rois(12, 2, 11, 9, dtype=torch.float64)

@@ -150,6 +150,52 @@ int align_fwd(const T* in, const T* rois, T* out, i64 n, i64 c, i64 h, i64 w, i6
   return 0;
 }
 
+// roi_align forward on a channels-last input [N, H, W, C]: out [K, C, PH, PW]. Each tap
+// reads C contiguous values, so the sum runs over channel vectors, term by term in the
+// order of align_fwd (equal results).
+template <typename T>
+int align_nhwc_fwd(const T* in, const T* rois, T* out, i64 n, i64 c, i64 h, i64 w, i64 k,
+                   i64 ph, i64 pw, double scale_d, i64 sampling, bool aligned, int threads) {
+  if (!batch_ok(rois, k, n)) return 1;
+  const T scale = T(scale_d);
+  const i64 bins = ph * pw;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    std::vector<T> acc(static_cast<size_t>(c));
+    std::vector<Tap<T>> taps;
+#pragma omp for schedule(dynamic)
+    for (i64 r = 0; r < k; ++r) {
+      const T* roi = rois + r * 5;
+      const T* img = in + i64(roi[0]) * h * w * c;
+      AlignBox<T> b = align_box(roi, scale, ph, pw, sampling, aligned, false);
+      const i64 gh = std::max(b.grid_h, 0), gw = std::max(b.grid_w, 0), cells = gh * gw;
+      taps.resize(size_t(bins * cells));
+      size_t t = 0;
+      for (i64 py = 0; py < ph; ++py)
+        for (i64 px = 0; px < pw; ++px)
+          for (int iy = 0; iy < gh; ++iy) {
+            T y = sample_y(b, py, iy, false);
+            for (int ix = 0; ix < gw; ++ix) taps[t++] = tap(y, sample_x(b, px, ix, false), h, w);
+          }
+      T* a = acc.data();
+      for (i64 bin = 0; bin < bins; ++bin) {
+        std::fill(acc.begin(), acc.end(), T(0));
+        for (i64 j = 0; j < cells; ++j) {
+          const Tap<T>& q = taps[size_t(bin * cells + j)];
+          const T *p0 = img + q.p[0] * c, *p1 = img + q.p[1] * c, *p2 = img + q.p[2] * c,
+                  *p3 = img + q.p[3] * c;
+          const T w0 = q.w[0], w1 = q.w[1], w2 = q.w[2], w3 = q.w[3];
+#pragma omp simd
+          for (i64 ci = 0; ci < c; ++ci)
+            a[ci] += w0 * p0[ci] + w1 * p1[ci] + w2 * p2[ci] + w3 * p3[ci];
+        }
+        for (i64 ci = 0; ci < c; ++ci) out[(r * c + ci) * bins + bin] = a[ci] / b.count;
+      }
+    }
+  }
+  return 0;
+}
+
 // roi_align / ps_roi_align backward: grad_in [N, C, H, W] (zeroed) += the adjoint.
 template <typename T>
 int align_bwd(const T* grad, const T* rois, T* gin, i64 n, i64 c, i64 h, i64 w, i64 k,
@@ -327,6 +373,13 @@ int ps_pool_bwd(const T* grad, const T* rois, T* gin, i64 n, i64 c, i64 h, i64 w
                                          i64 sampling, int aligned, int ps, int threads) {  \
     return align_fwd<T>(in, rois, out, n, c, h, w, k, ph, pw, scale, sampling, aligned,    \
                         ps, threads);                                                      \
+  }                                                                                        \
+  extern "C" int ember_roi_align_nhwc_fwd_##S(const T* in, const T* rois, T* out, i64 n,   \
+                                              i64 c, i64 h, i64 w, i64 k, i64 ph, i64 pw,  \
+                                              double scale, i64 sampling, int aligned,     \
+                                              int threads) {                               \
+    return align_nhwc_fwd<T>(in, rois, out, n, c, h, w, k, ph, pw, scale, sampling,        \
+                             aligned, threads);                                            \
   }                                                                                        \
   extern "C" int ember_roi_align_bwd_##S(const T* g, const T* rois, T* gin, i64 n, i64 c,  \
                                          i64 h, i64 w, i64 k, i64 ph, i64 pw, double scale, \

@@ -22,6 +22,7 @@ __all__ = ["call", "library"]
 _P, _I, _D, _C = ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_int
 _SIGNATURES = {
     "roi_align_fwd": [_P, _P, _P] + [_I] * 7 + [_D, _I, _C, _C, _C],
+    "roi_align_nhwc_fwd": [_P, _P, _P] + [_I] * 7 + [_D, _I, _C, _C],
     "roi_align_bwd": [_P, _P, _P] + [_I] * 7 + [_D, _I, _C, _C, _C],
     "roi_pool_fwd": [_P, _P, _P, _P] + [_I] * 7 + [_D, _C],
     "roi_pool_bwd": [_P, _P, _P, _P] + [_I] * 7 + [_C],

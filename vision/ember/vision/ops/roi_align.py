@@ -43,26 +43,38 @@ def _(grad, rois, spatial_scale, ph, pw, batch_size, channels, height, width, sa
     return grad.new_empty((batch_size, channels, height, width))
 
 
-def native_align(name, input, rois, out_shape, *args):
-    """Run the native ``name`` kernel (``roi_align_fwd``/``_bwd``) into zeros of
-    ``out_shape``; None when the library is missing (the caller uses torch ops)."""
+def native_align(name, input, rois, out_shape, *args, memory_format=torch.contiguous_format):
+    """Run the native ``name`` kernel (``roi_align_fwd``/``_bwd``/``_nhwc_fwd``) into zeros
+    of ``out_shape``; None when the library is missing (the caller uses torch ops)."""
     if _roi_native.library() is None:
         return None
     dt = compute_dtype(input.dtype)
-    x, r = input.to(dt).contiguous(), rois.to(dt).contiguous()
+    x, r = input.to(dt).contiguous(memory_format=memory_format), rois.to(dt).contiguous()
     out = x.new_zeros(out_shape)
     if out.numel() and x.numel() and r.shape[0]:
         _roi_native.call(name, dt, x, r, out, *args)
     return out.to(input.dtype)
 
 
+def channels_last(x: torch.Tensor) -> bool:
+    """A 4-D tensor laid out NHWC (and not also NCHW-contiguous, as 1-channel ones are)."""
+    return x.dim() == 4 and not x.is_contiguous() and \
+        x.is_contiguous(memory_format=torch.channels_last)
+
+
 @_fwd.register_kernel("cpu")
 def _(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
     n, c, h, w = input.shape
     k = rois.shape[0]
-    out = native_align("roi_align_fwd", input, rois, (k, c, pooled_height, pooled_width),
-                       n, c, h, w, k, pooled_height, pooled_width, spatial_scale,
-                       sampling_ratio, int(aligned), 0)
+    shape = (k, c, pooled_height, pooled_width)
+    if channels_last(input):  # (a frozen convolution's output): read in place, no copy
+        out = native_align("roi_align_nhwc_fwd", input, rois, shape, n, c, h, w, k,
+                           pooled_height, pooled_width, spatial_scale, sampling_ratio,
+                           int(aligned), memory_format=torch.channels_last)
+    else:
+        out = native_align("roi_align_fwd", input, rois, shape, n, c, h, w, k,
+                           pooled_height, pooled_width, spatial_scale, sampling_ratio,
+                           int(aligned), 0)
     if out is None:
         return _portable_fwd(input, rois, spatial_scale, pooled_height, pooled_width,
                              sampling_ratio, aligned)
