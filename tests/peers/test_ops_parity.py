@@ -83,9 +83,12 @@ def test_roi_align(aligned, sampling, scale):
 
 @compares("ops:roi_align")
 @pytest.mark.parametrize("aligned", [False, True])
-def test_roi_align_channels_last_input(aligned):
-    x = image((2, 5, 13, 17)).contiguous(memory_format=torch.channels_last)
-    r = rois(40, 2, 13 / 0.5, 17 / 0.5, seed=4)
+@pytest.mark.parametrize("layout", [torch.channels_last, torch.contiguous_format])
+def test_roi_align_nhwc_kernel(aligned, layout):
+    """16 channels and many boxes: ember's NHWC kernel (a channels-last input, or an NCHW one
+    copied for it)."""
+    x = image((2, 16, 13, 17)).contiguous(memory_format=layout)
+    r = rois(60, 2, 13 / 0.5, 17 / 0.5, seed=4)
     close(eops.roi_align(x, r, (3, 4), 0.5, 2, aligned),
           tops.roi_align(x, r, (3, 4), 0.5, 2, aligned))
 

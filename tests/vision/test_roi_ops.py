@@ -128,11 +128,11 @@ def test_roi_align_matches_reference(aligned, sampling, scale):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("aligned", [False, True])
 @pytest.mark.parametrize("sampling", [-1, 2])
-def test_roi_align_channels_last_input_reads_in_place(dtype, aligned, sampling):
+def test_roi_align_nhwc_kernel_equals_nchw_kernel(dtype, aligned, sampling):
     """A channels-last input (a frozen convolution's output) takes the NHWC kernel: the same
-    sums in the same order, so bitwise the contiguous input's result, and gradients too."""
-    x = image((2, 6, 9, 11)).to(dtype)
-    rois = make_rois(15, 2, 9 / 0.37, 11 / 0.37).to(dtype)
+    sums in the same order as the NCHW kernel, so bitwise its result, and gradients too."""
+    x = image((2, 8, 40, 44)).to(dtype)
+    rois = make_rois(5, 2, 40 / 0.37, 44 / 0.37).to(dtype)  # too few boxes to copy x
     xcl = x.contiguous(memory_format=torch.channels_last)
     assert not xcl.is_contiguous()
     want = ops.roi_align(x, rois, (3, 2), 0.37, sampling, aligned)
@@ -142,9 +142,20 @@ def test_roi_align_channels_last_input_reads_in_place(dtype, aligned, sampling):
     xr = x.clone().requires_grad_()
     ops.roi_align(xr, rois, (3, 2), 0.37, sampling, aligned).sum().backward()
     torch.testing.assert_close(xg.grad, xr.grad, atol=0, rtol=0)
-    assert ops.roi_align(xcl, rois[:0], 2).shape == (0, 6, 2, 2)
+    assert ops.roi_align(xcl, rois[:0], 2).shape == (0, 8, 2, 2)
     with pytest.raises(ValueError, match="batch index"):
         ops.roi_align(xcl, torch.cat([rois[:1, :1] + 5, rois[:1, 1:]], 1), 2)
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+def test_roi_align_many_boxes_on_nchw_input_matches_reference(aligned):
+    """Enough boxes that the NCHW input is copied to NHWC for the faster kernel."""
+    x = image((2, 8, 9, 11))
+    rois = make_rois(40, 2, 9 / 0.37, 11 / 0.37)
+    ref = ref_align(x, rois, 3, 2, 0.37, 2, aligned)
+    torch.testing.assert_close(ops.roi_align(x, rois, (3, 2), 0.37, 2, aligned), ref)
+    out32 = ops.roi_align(x.float(), rois.float(), (3, 2), 0.37, 2, aligned)
+    torch.testing.assert_close(out32.double(), ref, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("sampling", [-1, 2])
