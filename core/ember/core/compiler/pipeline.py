@@ -120,7 +120,7 @@ def _compile(gm: GraphModule, example_inputs, options: dict):
     # a tuned kernel re-runs on its real arguments: none of them may be overwritten
     plan = wrapper.plan(g.inputs, g.outputs, g.checks, steps, wrapper.specs_of(libs), buffers,
                         inplace=not modes.tunes_kernels(options),
-                        segments=wrapper.segments_of(libs))
+                        segments=wrapper.segments_of(libs), extern_out=not use_triton)
     src, globs = wrapper.PythonWrapper(g.constants, libs, device=g.device).render(plan)
     if output_log.isEnabledFor(logging.INFO):
         output_log.info("generated %s:\n%s\nwrapper:\n%s", "Triton" if use_triton else "C++",

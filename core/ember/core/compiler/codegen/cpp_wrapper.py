@@ -310,6 +310,8 @@ int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) 
         return self.ops[key]
 
     def _CallExtern(self, s: CallExtern):
+        if s.out:
+            raise Unsupported("the C++ wrapper calls externs boxed: plan it without extern_out")
         step = s.step
         handle = self._op_handle(step.op)
         schema = step.op._schema

@@ -69,7 +69,11 @@ class CallKernel(NamedTuple):
 
 
 class CallExtern(NamedTuple):
+    """``out``: the call writes its one output into the buffer the plan allocated or reused
+    for it (the op's ``out=`` form, ``OUT_VARIANTS``), not into a tensor ATen allocates."""
+
     step: Extern
+    out: bool = False
 
 
 class Check(NamedTuple):
@@ -85,6 +89,31 @@ class Return(NamedTuple):
 
 WrapperStep = (BindInput | BindSize | BindSymbol | FixStrides | Alias | Alloc | CallKernel |
                CallExtern | Check | Return)
+
+
+# Extern ops called through their ``out=`` form when the wrapper may (``plan(extern_out=True)``):
+# op -> the Python binding taking ``out=`` (torch's C++ fast path, not OpOverload.__call__)
+OUT_VARIANTS: dict = {
+    torch.ops.aten.mm.default: torch.mm,
+    torch.ops.aten.addmm.default: torch.addmm,
+    torch.ops.aten.bmm.default: torch.bmm,
+    torch.ops.aten.baddbmm.default: torch.baddbmm,
+}
+
+
+def _out_variant(step: Extern, buffers: dict) -> Buffer | None:
+    """The buffer an extern may write through its ``out=`` form: a listed op returning one
+    row-major contiguous tensor (the layout ATen would allocate for it)."""
+    if step.fallback or step.out_tree != "single" or step.op not in OUT_VARIANTS:
+        return None
+    b = step.outs[0]
+    if b is None or not b.size:
+        return None
+    stride, acc = [], sympy.Integer(1)
+    for s in reversed(b.size):
+        stride.append(acc)
+        acc = acc * s
+    return b if ir.same_sizes(list(b.stride), stride[::-1]) else None
 
 
 def layout_key(b: Buffer) -> tuple:
@@ -114,9 +143,10 @@ def _alias(b: Buffer, src: Buffer, why: str) -> Alias:
 
 
 class _Planner:
-    def __init__(self, inputs, outputs, checks, specs, segments, inplace):
+    def __init__(self, inputs, outputs, checks, specs, segments, inplace, extern_out=False):
         self.inputs, self.outputs, self.checks = inputs, outputs, checks
         self.specs, self.segments, self.inplace = specs, segments, inplace
+        self.extern_out = extern_out
         self.bound: set = set()
         self.out: list = []
 
@@ -173,10 +203,15 @@ class _Planner:
             if isinstance(step, Extern):
                 self.need_arg(list(step.args))
                 self.need_arg(list(step.kwargs.values()))
-                self.out.append(CallExtern(step))
                 for b in step.outs:
                     if b is not None and b.size:
                         self.need(b.size + b.stride)
+                dst = _out_variant(step, buffers) if self.extern_out else None
+                if dst is not None:  # its inputs are still live: only dead buffers are pooled
+                    key = layout_key(dst)
+                    self.out.append(_alias(dst, buffers[pool[key].pop()], "reuse")
+                                    if pool.get(key) else Alloc(dst))
+                self.out.append(CallExtern(step, dst is not None))
                 schema = getattr(step.op, "_schema", None)  # None: a higher-order op
                 aliasing = schema is None or any(r.alias_info is not None
                                                  for r in schema.returns)
@@ -230,16 +265,18 @@ class _Planner:
 
 
 def plan(inputs: list, outputs: list, checks: list, steps: list, specs: dict,
-         buffers: dict, *, inplace: bool = True,
-         segments: dict | None = None) -> list[WrapperStep]:
+         buffers: dict, *, inplace: bool = True, segments: dict | None = None,
+         extern_out: bool = False) -> list[WrapperStep]:
     """The wrapper's steps for one graph.
 
     ``specs[kernel]``: its argument list; ``segments[kernel]``: the native entry
     ``(name, spec, kernel names)`` a run of kernels starting there is called through;
-    ``inplace``: outputs may overwrite dying inputs (off when kernels are re-run to tune).
+    ``inplace``: outputs may overwrite dying inputs (off when kernels are re-run to tune);
+    ``extern_out``: ``OUT_VARIANTS`` ops write into buffers the plan allocates or reuses
+    (the Python renderer's; the C++ one calls every op boxed).
     """
-    return _Planner(inputs, outputs, checks or [], specs, segments or {}, inplace).run(
-        steps, buffers)
+    return _Planner(inputs, outputs, checks or [], specs, segments or {}, inplace,
+                    extern_out).run(steps, buffers)
 
 
 def _inplace_candidates(k: Kernel, dying: set, buffers: dict) -> dict:
@@ -380,6 +417,13 @@ class PythonWrapper:
 
     def _CallExtern(self, s: CallExtern):
         step = s.step
+        if s.out:
+            fn = self._const(OUT_VARIANTS[step.op])
+            args = "".join(self._arg(a) + ", " for a in step.args)
+            kwargs = "".join(f"{k}={self._arg(v)}, " for k, v in step.kwargs.items())
+            b = step.outs[0]
+            self.lines.append(f"{fn}({args}{kwargs}out={b.name})  # {step.op}, out=")
+            return
         op = self._const(step.op)
         kwargs = ", ".join(f"{k!r}: {self._arg(v)}" for k, v in step.kwargs.items())
         call = f"{op}(*{self._arg(tuple(step.args))}, **{{{kwargs}}})  # {step.op}"
