@@ -111,6 +111,21 @@ bool batch_ok(const T* rois, i64 k, i64 n) {
   return true;
 }
 
+// Every bilinear sample of a box, bin by bin (row-major), cells in torchvision's order.
+template <typename T>
+void fill_taps(const AlignBox<T>& b, i64 ph, i64 pw, i64 h, i64 w, bool ps,
+               std::vector<Tap<T>>& taps) {
+  const i64 gh = std::max(b.grid_h, 0), gw = std::max(b.grid_w, 0);
+  taps.resize(size_t(ph * pw * gh * gw));
+  size_t t = 0;
+  for (i64 py = 0; py < ph; ++py)
+    for (i64 px = 0; px < pw; ++px)
+      for (int iy = 0; iy < gh; ++iy) {
+        T y = sample_y(b, py, iy, ps);
+        for (int ix = 0; ix < gw; ++ix) taps[t++] = tap(y, sample_x(b, px, ix, ps), h, w);
+      }
+}
+
 // roi_align / ps_roi_align forward: out [K, C_out, PH, PW].
 template <typename T>
 int align_fwd(const T* in, const T* rois, T* out, i64 n, i64 c, i64 h, i64 w, i64 k,
@@ -124,16 +139,9 @@ int align_fwd(const T* in, const T* rois, T* out, i64 n, i64 c, i64 h, i64 w, i6
     const T* roi = rois + r * 5;
     const i64 bi = i64(roi[0]);
     AlignBox<T> b = align_box(roi, scale, ph, pw, sampling, aligned, ps);
-    const i64 gh = std::max(b.grid_h, 0), gw = std::max(b.grid_w, 0);
-    std::vector<Tap<T>> taps(size_t(ph * pw * gh * gw));
-    size_t t = 0;
-    for (i64 py = 0; py < ph; ++py)
-      for (i64 px = 0; px < pw; ++px)
-        for (int iy = 0; iy < gh; ++iy) {
-          T y = sample_y(b, py, iy, ps);
-          for (int ix = 0; ix < gw; ++ix) taps[t++] = tap(y, sample_x(b, px, ix, ps), h, w);
-        }
-    const i64 cells = gh * gw;
+    std::vector<Tap<T>> taps;
+    fill_taps(b, ph, pw, h, w, ps, taps);
+    const i64 cells = i64(std::max(b.grid_h, 0)) * std::max(b.grid_w, 0);
     for (i64 co = 0; co < c_out; ++co) {
       for (i64 bin = 0; bin < ph * pw; ++bin) {
         const i64 ci = ps ? co * ph * pw + bin : co;
@@ -168,15 +176,8 @@ int align_nhwc_fwd(const T* in, const T* rois, T* out, i64 n, i64 c, i64 h, i64 
       const T* roi = rois + r * 5;
       const T* img = in + i64(roi[0]) * h * w * c;
       AlignBox<T> b = align_box(roi, scale, ph, pw, sampling, aligned, false);
-      const i64 gh = std::max(b.grid_h, 0), gw = std::max(b.grid_w, 0), cells = gh * gw;
-      taps.resize(size_t(bins * cells));
-      size_t t = 0;
-      for (i64 py = 0; py < ph; ++py)
-        for (i64 px = 0; px < pw; ++px)
-          for (int iy = 0; iy < gh; ++iy) {
-            T y = sample_y(b, py, iy, false);
-            for (int ix = 0; ix < gw; ++ix) taps[t++] = tap(y, sample_x(b, px, ix, false), h, w);
-          }
+      const i64 cells = i64(std::max(b.grid_h, 0)) * std::max(b.grid_w, 0);
+      fill_taps(b, ph, pw, h, w, false, taps);
       T* a = acc.data();
       for (i64 bin = 0; bin < bins; ++bin) {
         std::fill(acc.begin(), acc.end(), T(0));
