@@ -109,11 +109,7 @@ def _out_variant(step: Extern, buffers: dict) -> Buffer | None:
     b = step.outs[0]
     if b is None or not b.size:
         return None
-    stride, acc = [], sympy.Integer(1)
-    for s in reversed(b.size):
-        stride.append(acc)
-        acc = acc * s
-    return b if ir.same_sizes(list(b.stride), stride[::-1]) else None
+    return b if ir.same_sizes(list(b.stride), ir.contiguous_strides(b.size)) else None
 
 
 def layout_key(b: Buffer) -> tuple:
