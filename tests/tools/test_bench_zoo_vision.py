@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ember.tools import cli
-from ember.tools.bench import registry, zoo, zoo_vision
+from ember.tools.bench import registry, zoo, zoo_store, zoo_vision
 from ember.vision import models
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -78,3 +78,48 @@ def test_vision_suite_names_are_checked_and_reach_the_cli(monkeypatch):
     monkeypatch.setattr(registry, "run_many", fake_run_many)
     assert cli.main(["bench", "zoo", "--suite", "vision", "--quick", "--no-progress"]) == 0
     assert seen == {"names": ["zoo"], "suite": "vision"}
+
+
+def test_store_keeps_each_models_rows_and_the_next_run_reuses_them(monkeypatch, tmp_path):
+    monkeypatch.setattr(zoo, "BACKENDS", ("ember",))
+    monkeypatch.setattr(zoo_vision, "table",
+                        lambda: {"tiny": zoo_vision.VisionModel("classification", _tiny)})
+    first = zoo.run(quick=True, suite="vision", models="tiny", store=str(tmp_path))
+    assert (tmp_path / "tiny.json").exists()
+    assert any("measured in parts" in n for n in first.notes)
+
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("a stored model was measured again")
+
+    monkeypatch.setattr(zoo_vision, "_measure", no_measuring)
+    again = zoo.run(quick=True, suite="vision", models="tiny", store=str(tmp_path))
+    assert again.rows == first.rows
+    assert again.notes[0] == first.notes[0]   # the summary is recomputed from the rows
+    assert "ember: 4/4 runs compile and match eager" in again.notes[0]
+
+
+def test_a_bad_stored_part_is_named_not_reused(monkeypatch, tmp_path):
+    monkeypatch.setattr(zoo, "BACKENDS", ("ember",))
+    monkeypatch.setattr(zoo_vision, "table",
+                        lambda: {"tiny": zoo_vision.VisionModel("classification", _tiny)})
+    (tmp_path / "tiny.json").write_text('{"model": "tiny", "colu')
+    with pytest.raises(zoo_store.StoreError, match="tiny.json is unreadable"):
+        zoo.run(quick=True, suite="vision", models="tiny", store=str(tmp_path))
+    zoo_store.save(tmp_path, zoo_store.Part("tiny", ["model", "other"], [["tiny", 1]]))
+    with pytest.raises(zoo_store.StoreError, match="another table"):
+        zoo.run(quick=True, suite="vision", models="tiny", store=str(tmp_path))
+    with pytest.raises(ValueError, match="has no store"):
+        zoo.run(quick=True, suite="hf", store=str(tmp_path))
+
+
+def test_store_option_reaches_the_vision_suite(monkeypatch):
+    seen = {}
+
+    def fake_run_many(names, quick=False, progress=True, **options):
+        seen.update(options)
+        return iter([])
+
+    monkeypatch.setattr(registry, "run_many", fake_run_many)
+    assert cli.main(["bench", "zoo", "--suite", "vision", "--store", "parts",
+                     "--no-progress"]) == 0
+    assert seen == {"suite": "vision", "store": "parts"}

@@ -33,6 +33,8 @@ def _bench(args: argparse.Namespace) -> int:
     options = {"backends": args.backends} if args.backends else {}
     if args.suite:
         options["suite"] = args.suite
+    if args.store:
+        options["store"] = args.store
     for opt in ("variants", "ops", "max_samples"):  # ember bench opinfo
         if getattr(args, opt) is not None:
             options[opt] = getattr(args, opt)
@@ -99,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="model suite of `ember bench zoo`: default (our packages' models) "
                             "hf (HuggingFace transformers models) or vision (ember.vision's "
                             "registered builders)")
+    bench.add_argument("--store", metavar="DIR",
+                       help="zoo --suite vision: keep each model's rows in DIR and reuse them "
+                            "on the next run, so the suite can run in parts")
     bench.add_argument("--variants", metavar="LIST",
                        help="opinfo: comma list of float32,float32_grad,bfloat16,int64 "
                             "(default float32)")

@@ -411,14 +411,18 @@ def _run_cases(names, quick, device, rounds, rows, errors, speedups, passed) -> 
 SUITES = ("default", "hf", "vision")
 
 
-def run(quick: bool = False, models: str | None = None, suite: str = "default") -> BenchResult:
+def run(quick: bool = False, models: str | None = None, suite: str = "default",
+        store: str | None = None) -> BenchResult:
     """All models (quick: one tiny transformer) x inference/training x float32/AMP.
 
     ``suite="hf"``: the HuggingFace ``transformers`` models of :mod:`ember.tools.bench.zoo_hf`;
-    ``suite="vision"``: ember.vision's registered builders (:mod:`ember.tools.bench.zoo_vision`).
+    ``suite="vision"``: ember.vision's registered builders (:mod:`ember.tools.bench.zoo_vision`),
+    whose rows ``store`` (a folder) keeps per model so the suite can run in parts.
     """
     if suite not in SUITES:
         raise ValueError(f"unknown zoo suite {suite!r}; known: {', '.join(SUITES)}")
+    if store and suite != "vision":
+        raise ValueError(f"--store keeps the vision suite's rows; suite {suite!r} has no store")
     if suite == "hf":
         from ember.tools.bench import zoo_hf
 
@@ -426,7 +430,7 @@ def run(quick: bool = False, models: str | None = None, suite: str = "default") 
     if suite == "vision":
         from ember.tools.bench import zoo_vision
 
-        return zoo_vision.run(quick=quick, models=models)
+        return zoo_vision.run(quick=quick, models=models, store=store)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     names = (models or os.environ.get("EMBER_ZOO_MODELS") or "").split(",")
     names = [n for n in names if n] or list(QUICK_MODELS if quick else MODELS)

@@ -14,11 +14,12 @@ import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from ember.tools.bench import zoo
+from ember.tools.bench import zoo, zoo_store
 from ember.tools.bench.harness import BenchResult, _report
 
 FAMILIES = ("classification", "segmentation", "video", "detection")
@@ -158,8 +159,47 @@ def table() -> dict[str, VisionModel]:
             if found[name] == fam and name not in SKIPPED}
 
 
-def run(quick: bool = False, models: str | None = None) -> BenchResult:
-    """Every vision model (quick: one) x inference/training x float32/AMP."""
+def _measure(name: str, model: VisionModel, quick: bool, device: str, rounds: int,
+             columns: list[str]) -> zoo_store.Part:
+    """One model's rows: inference/training x float32/AMP through the zoo's measurement."""
+    backends = zoo.BACKENDS
+    rows, errors = [], []
+    passed = dict.fromkeys(backends, 0)
+    for mode in zoo.MODES:
+        for precision in zoo.PRECISIONS:
+            _report(f"vision {name} {mode} {precision}")
+            res = zoo._case(model.build, quick, mode, precision, device, rounds)
+            eager_t = res["eager"].get("time")
+            row = [name, model.family, mode, precision, eager_t * 1e3 if eager_t else "error"]
+            cells, times = zoo.backend_cells(res, backends, eager_t, f"{name} {mode} {precision}",
+                                             errors, passed)
+            row += cells
+            if "ember vs inductor speedup" in columns:
+                row.append(times["inductor"] / times["ember"] if len(times) == 2 else "-")
+            ember = res.get("ember", {})
+            row += [ember.get("graph_breaks", "-"),
+                    " ".join(ember.get("eager_ops", [])) or "none"]
+            rows.append(row)
+    return zoo_store.Part(name, columns, rows, errors)
+
+
+def _tally(columns: list[str], rows: list[list], backends) -> tuple[dict, dict]:
+    """Runs that matched per backend, and the speed-ups per (backend, mode, precision)."""
+    passed, speedups = dict.fromkeys(backends, 0), {}
+    for row in rows:
+        mode, precision = row[2], row[3]
+        for b in backends:
+            if row[columns.index(f"{b} ok")] == "yes":
+                passed[b] += 1
+                speedups.setdefault((b, mode, precision), []).append(
+                    row[columns.index(f"{b} speedup")])
+    return passed, speedups
+
+
+def run(quick: bool = False, models: str | None = None,
+        store: str | None = None) -> BenchResult:
+    """Every vision model (quick: one) x inference/training x float32/AMP; ``store``: a folder
+    keeping each model's rows, reused by the next run (see :mod:`ember.tools.bench.zoo_store`)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     available = table()
     names = (models or os.environ.get("EMBER_ZOO_MODELS") or "").split(",")
@@ -175,38 +215,23 @@ def run(quick: bool = False, models: str | None = None) -> BenchResult:
     columns = ["model", "family", "mode", "precision", "eager ms"]
     for b in backends:
         columns += [f"{b} ok", f"{b} speedup", f"{b} compile s"]
-    both = "inductor" in backends and "ember" in backends
-    if both:
+    if "inductor" in backends and "ember" in backends:
         columns.append("ember vs inductor speedup")
     columns += ["ember graph breaks", "ember eager ops"]
-    rows, errors = [], []
-    speedups: dict[tuple[str, str, str], list[float]] = {}
-    passed = dict.fromkeys(backends, 0)
-    total = 0
+    folder = Path(store) if store else None
+    parts = []
     with zoo._fresh_caches():
         for name in names:
-            for mode in zoo.MODES:
-                for precision in zoo.PRECISIONS:
-                    _report(f"vision {name} {mode} {precision}")
-                    res = zoo._case(available[name].build, quick, mode, precision, device,
-                                    rounds)
-                    total += 1
-                    eager_t = res["eager"].get("time")
-                    label = f"{name} {mode} {precision}"
-                    row = [name, available[name].family, mode, precision,
-                           eager_t * 1e3 if eager_t else "error"]
-                    cells, times = zoo.backend_cells(res, backends, eager_t, label, errors,
-                                                     passed)
-                    for b, t in times.items():
-                        speedups.setdefault((b, mode, precision), []).append(eager_t / t)
-                    row += cells
-                    if both:
-                        row.append(times["inductor"] / times["ember"] if len(times) == 2
-                                   else "-")
-                    ember = res.get("ember", {})
-                    row += [ember.get("graph_breaks", "-"),
-                            " ".join(ember.get("eager_ops", [])) or "none"]
-                    rows.append(row)
+            part = zoo_store.load(folder, name, columns) if folder else None
+            if part is None:
+                part = _measure(name, available[name], quick, device, rounds, columns)
+                if folder:
+                    zoo_store.save(folder, part)
+            parts.append(part)
+    rows = [row for p in parts for row in p.rows]
+    errors = [e for p in parts for e in p.errors]
+    passed, speedups = _tally(columns, rows, backends)
+    total = len(rows)
     notes = []
     for b in backends:
         notes.append(zoo.suite_summary(b, passed[b], total, speedups,
@@ -221,6 +246,8 @@ def run(quick: bool = False, models: str | None = None) -> BenchResult:
     notes.append("models: " + ", ".join(names)
                  + ("" if quick or set(names) == set(available) else " (a subset)"))
     notes.append("skipped: " + "; ".join(f"{n} ({why})" for n, why in SKIPPED.items()))
+    if folder:
+        notes.append(zoo_store.provenance(parts, folder))
     notes += [f"error: {e}" for e in errors]
     title = ("Vision model zoo (ember.vision.models): eager vs Inductor vs Ember, inference and "
              f"a training step, float32 and AMP ({'quick' if quick else 'small inputs'})")
