@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from ember.tools import cli
-from ember.tools.bench import registry, zoo
+from ember.tools.bench import registry, zoo, zoo_suite
 
 pytest.importorskip("transformers")
 
@@ -48,6 +48,22 @@ def test_hf_suite_reports_modes_headlines_and_ember_columns(monkeypatch):
     assert "ember: 3/3 runs compile and match eager" in result.notes[0]
     assert "headline 0.75 x AMP + 0.25 x float32" in result.notes[0]
     assert "training step geomean" in result.notes[0]
+
+
+def test_hf_suite_keeps_and_reuses_its_rows_in_a_store(monkeypatch, tmp_path):
+    monkeypatch.setattr(zoo, "BACKENDS", ("ember",))
+    monkeypatch.setattr(zoo_hf, "MODELS", {"mlp": zoo_hf.HFModel("test", _tiny, True)})
+    first = zoo.run(quick=True, suite="hf", models="mlp", store=str(tmp_path))
+    assert (tmp_path / "mlp.json").exists()
+
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("a stored model was measured again")
+
+    monkeypatch.setattr(zoo_suite, "measure", no_measuring)
+    again = zoo.run(quick=True, suite="hf", models="mlp", store=str(tmp_path))
+    assert again.rows == first.rows and again.notes[0] == first.notes[0]
+    assert "ember: 3/3 runs compile and match eager" in again.notes[0]
+    assert any("measured in parts" in n for n in again.notes)
 
 
 def test_zoo_suite_option_is_checked_and_reaches_the_cli(monkeypatch):

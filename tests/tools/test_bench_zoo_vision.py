@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ember.tools import cli
-from ember.tools.bench import registry, zoo, zoo_store, zoo_vision
+from ember.tools.bench import registry, zoo, zoo_store, zoo_suite, zoo_vision
 from ember.vision import models
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -91,7 +91,7 @@ def test_store_keeps_each_models_rows_and_the_next_run_reuses_them(monkeypatch, 
     def no_measuring(*args, **kwargs):
         raise AssertionError("a stored model was measured again")
 
-    monkeypatch.setattr(zoo_vision, "_measure", no_measuring)
+    monkeypatch.setattr(zoo_suite, "measure", no_measuring)
     again = zoo.run(quick=True, suite="vision", models="tiny", store=str(tmp_path))
     assert again.rows == first.rows
     assert again.notes[0] == first.notes[0]   # the summary is recomputed from the rows
@@ -108,8 +108,8 @@ def test_a_bad_stored_part_is_named_not_reused(monkeypatch, tmp_path):
     zoo_store.save(tmp_path, zoo_store.Part("tiny", ["model", "other"], [["tiny", 1]]))
     with pytest.raises(zoo_store.StoreError, match="another table"):
         zoo.run(quick=True, suite="vision", models="tiny", store=str(tmp_path))
-    with pytest.raises(ValueError, match="has no store"):
-        zoo.run(quick=True, suite="hf", store=str(tmp_path))
+    with pytest.raises(ValueError, match="default suite has no store"):
+        zoo.run(quick=True, store=str(tmp_path))
 
 
 def test_store_option_reaches_the_vision_suite(monkeypatch):

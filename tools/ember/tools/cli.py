@@ -102,8 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "hf (HuggingFace transformers models) or vision (ember.vision's "
                             "registered builders)")
     bench.add_argument("--store", metavar="DIR",
-                       help="zoo --suite vision: keep each model's rows in DIR and reuse them "
-                            "on the next run, so the suite can run in parts")
+                       help="zoo --suite hf|vision: keep each model's rows in DIR and reuse them "
+                            "on the next run, so a suite can run in parts")
     bench.add_argument("--variants", metavar="LIST",
                        help="opinfo: comma list of float32,float32_grad,bfloat16,int64 "
                             "(default float32)")

@@ -416,17 +416,18 @@ def run(quick: bool = False, models: str | None = None, suite: str = "default",
     """All models (quick: one tiny transformer) x inference/training x float32/AMP.
 
     ``suite="hf"``: the HuggingFace ``transformers`` models of :mod:`ember.tools.bench.zoo_hf`;
-    ``suite="vision"``: ember.vision's registered builders (:mod:`ember.tools.bench.zoo_vision`),
-    whose rows ``store`` (a folder) keeps per model so the suite can run in parts.
+    ``suite="vision"``: ember.vision's registered builders (:mod:`ember.tools.bench.zoo_vision`).
+    ``store`` (hf and vision): a folder keeping each model's rows, so a suite can run in parts.
     """
     if suite not in SUITES:
         raise ValueError(f"unknown zoo suite {suite!r}; known: {', '.join(SUITES)}")
-    if store and suite != "vision":
-        raise ValueError(f"--store keeps the vision suite's rows; suite {suite!r} has no store")
+    if store and suite == "default":
+        raise ValueError("--store keeps the hf and vision suites' rows; the default suite has "
+                         "no store")
     if suite == "hf":
         from ember.tools.bench import zoo_hf
 
-        return zoo_hf.run(quick=quick, models=models)
+        return zoo_hf.run(quick=quick, models=models, store=store)
     if suite == "vision":
         from ember.tools.bench import zoo_vision
 

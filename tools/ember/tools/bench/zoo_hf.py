@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ember.tools.bench import zoo
-from ember.tools.bench.harness import BenchResult, _report
+from ember.tools.bench import zoo, zoo_store, zoo_suite
+from ember.tools.bench.harness import BenchResult
 
 # (mode, precision) cases; the training step runs in float32 only
 INFERENCE_CASES = (("inference", "float32"), ("inference", "amp"))
@@ -278,47 +278,25 @@ def cases(name: str) -> list[tuple[str, str]]:
     return list(INFERENCE_CASES) + ([TRAINING_CASE] if MODELS[name].train else [])
 
 
-def run(quick: bool = False, models: str | None = None) -> BenchResult:
-    """Every HF model (quick: two) x inference float32/AMP (+ a float32 training step)."""
+def run(quick: bool = False, models: str | None = None,
+        store: str | None = None) -> BenchResult:
+    """Every HF model (quick: two) x inference float32/AMP (+ a float32 training step);
+    ``store``: a folder keeping each model's rows (see :mod:`ember.tools.bench.zoo_store`)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     names = (models or os.environ.get("EMBER_ZOO_MODELS") or "").split(",")
     names = [n for n in names if n] or list(QUICK_MODELS if quick else MODELS)
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         raise ValueError(f"unknown hf zoo model(s) {unknown}; known: {list(MODELS)}")
-    rounds = 3 if quick else 5
+    entries = {n: zoo_suite.Entry(MODELS[n].family, MODELS[n].build, cases(n)) for n in names}
+    parts = zoo_suite.run("hf", entries, names, quick, device,
+                          lambda precision, mode: TOLERANCE[(precision, mode)], store)
     backends = zoo.BACKENDS
-    columns = ["model", "family", "mode", "precision", "eager ms"]
-    for b in backends:
-        columns += [f"{b} ok", f"{b} speedup", f"{b} compile s"]
-    if "inductor" in backends and "ember" in backends:
-        columns.append("ember vs inductor speedup")
-    columns += ["ember graph breaks", "ember eager ops"]
-    rows, errors = [], []
-    speedups: dict[tuple[str, str, str], list[float]] = {}
-    passed = dict.fromkeys(backends, 0)
-    total = 0
-    with zoo._fresh_caches():
-        for name in names:
-            for mode, precision in cases(name):
-                _report(f"hf {name} {mode} {precision}")
-                res = zoo._case(MODELS[name].build, quick, mode, precision, device, rounds,
-                                tol=TOLERANCE[(precision, mode)])
-                total += 1
-                eager_t = res["eager"].get("time")
-                row = [name, MODELS[name].family, mode, precision,
-                       eager_t * 1e3 if eager_t else "error"]
-                cells, times = zoo.backend_cells(res, backends, eager_t,
-                                                 f"{name} {mode} {precision}", errors, passed)
-                for b, t in times.items():
-                    speedups.setdefault((b, mode, precision), []).append(eager_t / t)
-                row += cells
-                if "ember vs inductor speedup" in columns:
-                    row.append(times["inductor"] / times["ember"] if len(times) == 2 else "-")
-                ember = res.get("ember", {})
-                row += [ember.get("graph_breaks", "-"),
-                        " ".join(ember.get("eager_ops", [])) or "none"]
-                rows.append(row)
+    columns = zoo_suite.columns(backends)
+    rows = [row for p in parts for row in p.rows]
+    errors = [e for p in parts for e in p.errors]
+    passed, speedups = zoo_suite.tally(columns, rows, backends)
+    total = len(rows)
     notes = []
     for b in backends:
         notes.append(zoo.suite_summary(b, passed[b], total, speedups))
@@ -337,6 +315,8 @@ def run(quick: bool = False, models: str | None = None) -> BenchResult:
                  "vs inductor = Inductor median / Ember median; compile s = first call; ember "
                  "graph breaks / eager ops = Dynamo graph breaks and ATen ops Ember left to "
                  "eager inside its graphs during that first call")
+    if store:
+        notes.append(zoo_store.provenance(parts, store))
     notes += [f"error: {e}" for e in errors]
     title = ("HF model zoo (transformers): eager vs Inductor vs Ember, inference float32 and "
              f"AMP, a training step ({'quick' if quick else 'small configs'})")

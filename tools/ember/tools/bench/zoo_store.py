@@ -70,7 +70,7 @@ def save(store: Path, part: Part) -> None:
     tmp.replace(path)
 
 
-def provenance(parts: list[Part], store: Path) -> str:
+def provenance(parts: list[Part], store: str | Path) -> str:
     """One note line: how many models came from the store, when and on which machines."""
     when = sorted(p.measured for p in parts)
     machines = sorted({p.machine.rsplit(";", 1)[0] for p in parts})

@@ -14,13 +14,12 @@ import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from ember.tools.bench import zoo, zoo_store
-from ember.tools.bench.harness import BenchResult, _report
+from ember.tools.bench import zoo, zoo_store, zoo_suite
+from ember.tools.bench.harness import BenchResult
 
 FAMILIES = ("classification", "segmentation", "video", "detection")
 TASK_PACKAGES = ("segmentation", "video", "detection")   # ember.vision.models.<package>
@@ -159,43 +158,6 @@ def table() -> dict[str, VisionModel]:
             if found[name] == fam and name not in SKIPPED}
 
 
-def _measure(name: str, model: VisionModel, quick: bool, device: str, rounds: int,
-             columns: list[str]) -> zoo_store.Part:
-    """One model's rows: inference/training x float32/AMP through the zoo's measurement."""
-    backends = zoo.BACKENDS
-    rows, errors = [], []
-    passed = dict.fromkeys(backends, 0)
-    for mode in zoo.MODES:
-        for precision in zoo.PRECISIONS:
-            _report(f"vision {name} {mode} {precision}")
-            res = zoo._case(model.build, quick, mode, precision, device, rounds)
-            eager_t = res["eager"].get("time")
-            row = [name, model.family, mode, precision, eager_t * 1e3 if eager_t else "error"]
-            cells, times = zoo.backend_cells(res, backends, eager_t, f"{name} {mode} {precision}",
-                                             errors, passed)
-            row += cells
-            if "ember vs inductor speedup" in columns:
-                row.append(times["inductor"] / times["ember"] if len(times) == 2 else "-")
-            ember = res.get("ember", {})
-            row += [ember.get("graph_breaks", "-"),
-                    " ".join(ember.get("eager_ops", [])) or "none"]
-            rows.append(row)
-    return zoo_store.Part(name, columns, rows, errors)
-
-
-def _tally(columns: list[str], rows: list[list], backends) -> tuple[dict, dict]:
-    """Runs that matched per backend, and the speed-ups per (backend, mode, precision)."""
-    passed, speedups = dict.fromkeys(backends, 0), {}
-    for row in rows:
-        mode, precision = row[2], row[3]
-        for b in backends:
-            if row[columns.index(f"{b} ok")] == "yes":
-                passed[b] += 1
-                speedups.setdefault((b, mode, precision), []).append(
-                    row[columns.index(f"{b} speedup")])
-    return passed, speedups
-
-
 def run(quick: bool = False, models: str | None = None,
         store: str | None = None) -> BenchResult:
     """Every vision model (quick: one) x inference/training x float32/AMP; ``store``: a folder
@@ -210,27 +172,15 @@ def run(quick: bool = False, models: str | None = None,
         raise ValueError(f"unknown vision zoo model(s) {unknown}"
                          + (f" (skipped: {skipped})" if skipped else "")
                          + f"; known: {list(available)}")
-    rounds = 3 if quick else 5
+    runs = [(mode, precision) for mode in zoo.MODES for precision in zoo.PRECISIONS]
+    entries = {n: zoo_suite.Entry(available[n].family, available[n].build, runs) for n in names}
+    parts = zoo_suite.run("vision", entries, names, quick, device,
+                          lambda precision, mode: zoo.TOLERANCE[(precision, mode)], store)
     backends = zoo.BACKENDS
-    columns = ["model", "family", "mode", "precision", "eager ms"]
-    for b in backends:
-        columns += [f"{b} ok", f"{b} speedup", f"{b} compile s"]
-    if "inductor" in backends and "ember" in backends:
-        columns.append("ember vs inductor speedup")
-    columns += ["ember graph breaks", "ember eager ops"]
-    folder = Path(store) if store else None
-    parts = []
-    with zoo._fresh_caches():
-        for name in names:
-            part = zoo_store.load(folder, name, columns) if folder else None
-            if part is None:
-                part = _measure(name, available[name], quick, device, rounds, columns)
-                if folder:
-                    zoo_store.save(folder, part)
-            parts.append(part)
+    columns = zoo_suite.columns(backends)
     rows = [row for p in parts for row in p.rows]
     errors = [e for p in parts for e in p.errors]
-    passed, speedups = _tally(columns, rows, backends)
+    passed, speedups = zoo_suite.tally(columns, rows, backends)
     total = len(rows)
     notes = []
     for b in backends:
@@ -246,8 +196,8 @@ def run(quick: bool = False, models: str | None = None,
     notes.append("models: " + ", ".join(names)
                  + ("" if quick or set(names) == set(available) else " (a subset)"))
     notes.append("skipped: " + "; ".join(f"{n} ({why})" for n, why in SKIPPED.items()))
-    if folder:
-        notes.append(zoo_store.provenance(parts, folder))
+    if store:
+        notes.append(zoo_store.provenance(parts, store))
     notes += [f"error: {e}" for e in errors]
     title = ("Vision model zoo (ember.vision.models): eager vs Inductor vs Ember, inference and "
              f"a training step, float32 and AMP ({'quick' if quick else 'small inputs'})")

@@ -1,0 +1,89 @@
+"""A model table (the hf and vision suites) run through the zoo's measurement, model by model.
+
+Both suites share the row layout (model, family, mode, precision, eager ms, per backend ok /
+speed-up / compile s, Ember vs Inductor, Ember's graph breaks and eager ops), the per-model
+measurement, and the summary lines recomputed from the rows, so that rows kept on disk by
+:mod:`ember.tools.bench.zoo_store` from an earlier sitting count like rows measured now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ember.tools.bench import zoo, zoo_store
+from ember.tools.bench.harness import _report
+
+
+@dataclass
+class Entry:
+    """One model of a suite: its family, workload builder, and (mode, precision) runs."""
+
+    family: str
+    build: Callable[[bool], zoo.Workload]
+    cases: list[tuple[str, str]]
+
+
+def columns(backends) -> list[str]:
+    """The suites' table header for ``backends``."""
+    out = ["model", "family", "mode", "precision", "eager ms"]
+    for b in backends:
+        out += [f"{b} ok", f"{b} speedup", f"{b} compile s"]
+    if "inductor" in backends and "ember" in backends:
+        out.append("ember vs inductor speedup")
+    return out + ["ember graph breaks", "ember eager ops"]
+
+
+def measure(suite: str, name: str, entry: Entry, quick: bool, device: str, rounds: int,
+            cols: list[str], tolerance: Callable[[str, str], float]) -> zoo_store.Part:
+    """One model's rows: each of its (mode, precision) runs through :func:`zoo._case`."""
+    backends = zoo.BACKENDS
+    rows, errors = [], []
+    passed = dict.fromkeys(backends, 0)
+    for mode, precision in entry.cases:
+        _report(f"{suite} {name} {mode} {precision}")
+        res = zoo._case(entry.build, quick, mode, precision, device, rounds,
+                        tol=tolerance(precision, mode))
+        eager_t = res["eager"].get("time")
+        row = [name, entry.family, mode, precision, eager_t * 1e3 if eager_t else "error"]
+        cells, times = zoo.backend_cells(res, backends, eager_t, f"{name} {mode} {precision}",
+                                         errors, passed)
+        row += cells
+        if "ember vs inductor speedup" in cols:
+            row.append(times["inductor"] / times["ember"] if len(times) == 2 else "-")
+        ember = res.get("ember", {})
+        row += [ember.get("graph_breaks", "-"), " ".join(ember.get("eager_ops", [])) or "none"]
+        rows.append(row)
+    return zoo_store.Part(name, cols, rows, errors)
+
+
+def tally(cols: list[str], rows: Iterable[list], backends) -> tuple[dict, dict]:
+    """Runs that matched per backend, and the speed-ups per (backend, mode, precision)."""
+    passed, speedups = dict.fromkeys(backends, 0), {}
+    for row in rows:
+        mode, precision = row[2], row[3]
+        for b in backends:
+            if row[cols.index(f"{b} ok")] == "yes":
+                passed[b] += 1
+                speedups.setdefault((b, mode, precision), []).append(
+                    row[cols.index(f"{b} speedup")])
+    return passed, speedups
+
+
+def run(suite: str, table: dict[str, Entry], names: list[str], quick: bool, device: str,
+        tolerance: Callable[[str, str], float], store: str | None) -> list[zoo_store.Part]:
+    """Each named model's part: from ``store`` when kept there, else measured (and kept)."""
+    rounds = 3 if quick else 5
+    cols = columns(zoo.BACKENDS)
+    folder = Path(store) if store else None
+    parts = []
+    with zoo._fresh_caches():
+        for name in names:
+            part = zoo_store.load(folder, name, cols) if folder else None
+            if part is None:
+                part = measure(suite, name, table[name], quick, device, rounds, cols, tolerance)
+                if folder:
+                    zoo_store.save(folder, part)
+            parts.append(part)
+    return parts
