@@ -11,7 +11,6 @@ from then on, with the reason logged on ``ember.fallback``. Packed weights live 
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -86,16 +85,9 @@ def _written_or_returned(gm: GraphModule) -> set[Node]:
     return keep
 
 
-_names = itertools.count()
-
-
 def _constant(gm: GraphModule, t: torch.Tensor, before: Node, like: Node | None = None) -> Node:
-    name = f"_frozen{next(_names)}"
-    gm.register_buffer(name, t, persistent=False)
-    with gm.graph.inserting_before(before):
-        node = gm.graph.get_attr(name)
-    node.meta["val"] = like.meta.get("val") if like is not None else None
-    return node
+    return prepack.add_constant(gm, t, before, "_frozen",
+                                val=like.meta.get("val") if like is not None else None)
 
 
 def bake_inputs(gm: GraphModule, real_inputs, positions: list[int]) -> list[Frozen]:

@@ -36,6 +36,17 @@ class Fusion(NamedTuple):
     unary: str  # "none" or "relu"
 
 
+def add_constant(gm: GraphModule, t: torch.Tensor, before: Node, prefix: str, val=None) -> Node:
+    """Register ``t`` as a buffer of ``gm`` (not saved: it lives in the process) and read it
+    with a get_attr node before ``before``; the one way frozen and packed constants are made."""
+    name = f"{prefix}{next(_names)}"
+    gm.register_buffer(name, t, persistent=False)
+    with gm.graph.inserting_before(before):
+        node = gm.graph.get_attr(name)
+    node.meta["val"] = val
+    return node
+
+
 def available() -> bool:
     return torch.backends.mkldnn.is_available() and \
         hasattr(torch.ops.mkldnn, "_convolution_pointwise") and \
@@ -104,10 +115,8 @@ def _pack(gm: GraphModule, conv: Node, weight, bias, fake_mode) -> None:
     last = fusion.nodes[-1]
     packed = torch.ops.mkldnn._reorder_convolution_weight(
         weight, list(padding), list(stride), list(dilation), groups, list(x.meta["val"].shape))
-    name = f"_packed{next(_names)}"
-    gm.register_buffer(name, packed, persistent=False)
+    w = add_constant(gm, packed, last, "_packed")
     with gm.graph.inserting_before(last):
-        w = gm.graph.get_attr(name)
         if fusion.other is None:
             new = gm.graph.call_function(
                 torch.ops.mkldnn._convolution_pointwise.default,
@@ -118,7 +127,6 @@ def _pack(gm: GraphModule, conv: Node, weight, bias, fake_mode) -> None:
                 torch.ops.mkldnn._convolution_pointwise.binary,
                 (x, fusion.other, w, b, list(padding), list(stride), list(dilation), groups,
                  "add", None, None if fusion.unary == "none" else fusion.unary, [], ""))
-    w.meta["val"] = None
     shape, dtype = conv.meta["val"].shape, conv.meta["val"].dtype
     with fake_mode:
         new.meta["val"] = torch.empty(shape, dtype=dtype, memory_format=torch.channels_last)
@@ -178,16 +186,12 @@ def _pack_linear(gm: GraphModule, node: Node, fake_mode) -> bool:
     if min(m, k, n) <= SKINNY_MM:
         return False
     weight = weight.t().contiguous()
-    names = (f"_packed{next(_names)}", f"_packed{next(_names)}")
-    gm.register_buffer(names[0], torch.ops.mkl._mkl_reorder_linear_weight(weight, m),
-                       persistent=False)
-    gm.register_buffer(names[1], weight, persistent=False)
+    packed = add_constant(gm, torch.ops.mkl._mkl_reorder_linear_weight(weight, m), node, "_packed")
+    orig = add_constant(gm, weight, node, "_packed",
+                        val=fake_mode.from_tensor(weight, static_shapes=True))
     with gm.graph.inserting_before(node):
-        packed, orig = gm.graph.get_attr(names[0]), gm.graph.get_attr(names[1])
         new = gm.graph.call_function(torch.ops.mkl._mkl_linear.default,
                                      (x, packed, orig, bias, m))
-    packed.meta["val"] = None
-    orig.meta["val"] = fake_mode.from_tensor(weight, static_shapes=True)
     with fake_mode:
         new.meta["val"] = torch.empty((m, n), dtype=torch.float32)
     node.replace_all_uses_with(new)
