@@ -168,17 +168,11 @@ def _per_channel(c, out: torch.Tensor, channels: int) -> torch.Tensor | None:
 
 def _conv_operands(gm: GraphModule, conv: Node):
     """(weight, bias) of a non-transposed convolution with constant weight (and bias)."""
-    if conv.target is not aten.convolution.default or conv.args[6]:
+    operands = prepack.conv_constants(gm, conv)
+    if operands is None:
         return None
-    w, b = conv.args[1], conv.args[2]
-    if not (isinstance(w, Node) and w.op == "get_attr") or \
-            (b is not None and not (isinstance(b, Node) and b.op == "get_attr")):
-        return None
-    weight = _value(gm, w)
-    if weight.layout != torch.strided or not weight.is_floating_point():
-        return None
-    bias = _value(gm, b) if b is not None else torch.zeros(weight.shape[0], dtype=weight.dtype)
-    return weight, bias
+    weight, bias = operands
+    return weight, bias if bias is not None else torch.zeros(weight.shape[0], dtype=weight.dtype)
 
 
 def _other_operand(user: Node, conv: Node) -> list:

@@ -61,20 +61,37 @@ def _static(v) -> bool:
     return isinstance(v, torch.Tensor) and all(isinstance(s, int) for s in v.shape)
 
 
+def _is_constant(n) -> bool:
+    return isinstance(n, Node) and n.op == "get_attr"
+
+
+def conv_constants(gm: GraphModule, conv: Node):
+    """(weight, bias or None) of a non-transposed convolution whose weight (and bias) are
+    constants, the weight strided and floating; else None. Folding and packing both read it."""
+    if conv.op != "call_function" or conv.target is not aten.convolution.default or \
+            conv.args[6]:
+        return None
+    w, b = conv.args[1], conv.args[2]
+    if not _is_constant(w) or (b is not None and not _is_constant(b)):
+        return None
+    weight = getattr(gm, w.target)
+    if weight.layout != torch.strided or not weight.is_floating_point():
+        return None
+    return weight, getattr(gm, b.target) if b is not None else None
+
+
 def _weight_of(gm: GraphModule, conv: Node):
     """(weight, bias) of a convolution this module packs, else None."""
-    if conv.op != "call_function" or conv.target is not aten.convolution.default:
+    operands = conv_constants(gm, conv)
+    if operands is None:
         return None
-    x, w, b, _stride, _padding, _dilation, transposed = conv.args[:7]
+    x = conv.args[0]
     xv, out = x.meta.get("val") if isinstance(x, Node) else None, conv.meta.get("val")
-    if transposed or not _static(xv) or not _static(out) or xv.dim() != 4 or \
+    if not _static(xv) or not _static(out) or xv.dim() != 4 or \
             xv.dtype != torch.float32 or xv.device.type != "cpu":
         return None
-    if not (isinstance(w, Node) and w.op == "get_attr") or \
-            (b is not None and not (isinstance(b, Node) and b.op == "get_attr")):
-        return None
-    weight, bias = getattr(gm, w.target), getattr(gm, b.target) if b is not None else None
-    if weight.layout != torch.strided or weight.dtype != torch.float32 or weight.dim() != 4:
+    weight, bias = operands
+    if weight.dtype != torch.float32 or weight.dim() != 4:
         return None
     if bias is not None and (bias.layout != torch.strided or bias.dtype != torch.float32):
         return None
@@ -165,7 +182,7 @@ def _pack_conv(gm: GraphModule, conv: Node, fake_mode) -> bool:
 
 def _constant(gm: GraphModule, n, dim: int) -> torch.Tensor | None:
     """The float32 strided ``dim``-D constant ``n`` holds, else None."""
-    if not (isinstance(n, Node) and n.op == "get_attr"):
+    if not _is_constant(n):
         return None
     t = getattr(gm, n.target)
     ok = t.layout == torch.strided and t.dtype == torch.float32 and t.dim() == dim
