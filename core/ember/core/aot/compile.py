@@ -21,6 +21,7 @@ from ember.core.aot.export import export
 from ember.core.compiler import channels_last, pipeline
 from ember.core.compiler.codegen import cpp, cpp_wrapper, wrapper
 from ember.core.compiler.ir import Unsupported
+from ember.core.compiler.lowering import externs
 from ember.core.compiler.options import check_options
 from ember.core.compiler.runtime import build, cpp_kernels, isa
 from ember.core.logs import get_logger
@@ -60,10 +61,13 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
     if options.get("channels_last", True):
         packaged = {ph.name for ph in exported.placeholders if ph.kind != "input"}
         nhwc = set(channels_last.apply(gm, packaged))
+    token = externs.python_kernels.set(False)  # the package runs without Python
     try:
         lowered = pipeline.lower(gm, "cpu", inference=True)
     except Unsupported as e:
         raise AOTCompileError(f"cannot lower the exported graph: {e}") from e
+    finally:
+        externs.python_kernels.reset(token)
     g, buffers, steps = lowered.graph, lowered.buffers, lowered.steps
     sources, specs = cpp_kernels.kernel_sources(lowered.kernels, buffers)
     kernels_tu = cpp.translation_unit([src for src, _ in sources.values()],
