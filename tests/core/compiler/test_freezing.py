@@ -97,28 +97,6 @@ def test_conv_bn_relu_net_matches_eager_and_packs_every_conv(ecompile, packed, c
     assert not caplog.text  # the frozen graph ran every time
 
 
-def test_another_thread_count_packs_the_weights_again_once(ecompile, packed, caplog):
-    """oneDNN lays a packed weight out for the thread count: a call on another count runs a
-    graph packed for it (made on its first call, kept), with eager's results."""
-    torch.manual_seed(0)
-    m = _randomize_bn(ConvNet()).eval()
-    x = torch.randn(2, 3, 16, 16)
-    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="ember.fallback"):
-        ref = m(x)
-        compiled = ecompile(m, options=FREEZE)
-        _close(compiled(x), ref)
-        assert packed == [5]
-        torch.set_num_threads(2)
-        try:
-            for _ in range(2):
-                _close(compiled(x), ref)
-        finally:
-            torch.set_num_threads(1)
-        _close(compiled(x), ref)
-    assert packed == [5, 5]
-    assert not caplog.text
-
-
 def test_fold_rewrites_conv_with_per_channel_ops():
     """The folds alone, on an ATen graph: conv -> sub, mul, add by constants -> one conv."""
     w, c = torch.randn(4, 3, 3, 3), torch.randn(1, 4, 1, 1)

@@ -6,9 +6,7 @@ BatchNorm's scale and shift become the preceding convolution's weight and bias),
 graph to ``prepack`` (packed convolution and linear weights) and compiles what is left.
 The callable it returns checks, per call, that every frozen tensor is the same object with
 the same version and storage; on a change it compiles the graph again unfrozen and runs that
-from then on, with the reason logged on ``ember.fallback``. Packed weights live in the
-process only; the first call on another thread count packs them again (oneDNN's layouts
-depend on it).
+from then on, with the reason logged on ``ember.fallback``. Packed weights live in the process only.
 """
 
 from __future__ import annotations
@@ -283,12 +281,6 @@ def frozen_graph(gm: GraphModule, example_inputs, real_inputs, positions: list[i
     return gm, frozen, rest
 
 
-def _thread_bound(gm: GraphModule) -> bool:
-    """Whether ``gm`` holds packed convolution weights: oneDNN lays those out for the thread
-    count at packing time (a 3x3 convolution packed for 2 threads ran 15% slower on 1)."""
-    return any(b.layout == torch._mkldnn for b in gm.buffers())
-
-
 def freeze(gm: GraphModule, example_inputs, real_inputs, compile_fn: Callable, *,
            strict: bool = False):
     """``compile_fn`` over the frozen graph, behind the per-call check of the frozen inputs;
@@ -318,37 +310,12 @@ def freeze(gm: GraphModule, example_inputs, real_inputs, compile_fn: Callable, *
     taken = {f.pos for f in frozen}
     keep = [i for i in range(len(real_inputs)) if i not in taken]
     state: dict = {}
-    # the frozen graph per thread count, where its packed weights depend on it
-    by_threads = {torch.get_num_threads(): compiled} if _thread_bound(frozen_gm) else None
-
-    def for_threads(threads: int):
-        """The frozen graph packed again, for ``threads`` (the same frozen tensors)."""
-        try:
-            with unset_fake_temporarily(), torch.no_grad():
-                again, again_frozen, again_rest = frozen_graph(gm, example_inputs, real_inputs,
-                                                               positions)
-            if [f.pos for f in again_frozen] != [f.pos for f in frozen]:
-                raise RuntimeError("the graph froze other inputs the second time")
-            fn = compile_fn(again, again_rest)
-            log.info("frozen graph packed again for %d threads", threads)
-        except Exception as e:
-            if strict:
-                raise
-            fallback_log.warning("packing for %d threads failed, the weights packed for "
-                                 "another count are used: %s: %s", threads, type(e).__name__, e)
-            fn = compiled
-        by_threads[threads] = fn
-        return fn
 
     def run(args):
         if "unfrozen" not in state:
             why = changed(args, frozen)
             if why is None:
-                fn = compiled
-                if by_threads is not None:
-                    threads = torch.get_num_threads()
-                    fn = by_threads.get(threads) or for_threads(threads)
-                return fn([args[i] for i in keep])
+                return compiled([args[i] for i in keep])
             fallback_log.warning("frozen parameters changed (%s): this graph runs unfrozen "
                                  "from now on", why)
             state["unfrozen"] = compile_fn(gm, example_inputs)
