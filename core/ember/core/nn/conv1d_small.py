@@ -18,7 +18,6 @@ from torch import Tensor
 
 from ember.core import kernels
 from ember.core.logs import get_logger
-from ember.core.memory import empty_huge
 
 __all__ = ["MAX_TAPS", "available", "conv1d_small"]
 
@@ -78,7 +77,7 @@ def _(input: Tensor, weight: Tensor, bias: Tensor | None, stride: int, padding: 
         return F.conv1d(input, weight, bias, stride, padding, dilation)
     x, w = input.contiguous(), weight.contiguous()
     b = bias.contiguous() if bias is not None else None
-    out = empty_huge((batch, cout, frames), (cout * frames, frames, 1), torch.float32)
+    out = torch.empty((batch, cout, frames), dtype=torch.float32)
     status = lib.ember_conv1d_small_f32(x.data_ptr(), w.data_ptr(),
                                         b.data_ptr() if b is not None else None,
                                         out.data_ptr(), batch, cin, length, cout, kernel,

@@ -14,7 +14,6 @@ from typing import NamedTuple
 import sympy
 import torch
 
-from ember.core import memory
 from ember.core.compiler import ir
 from ember.core.compiler.codegen.common import ArgKind, py_index
 from ember.core.compiler.ir import Buffer, Extern, StridedView, Unsupported
@@ -330,17 +329,6 @@ _fast_empty_cpu = getattr(_guards, "_empty_strided_cpu", None) or \
     (lambda size, stride, dtype: torch.empty_strided(size, stride, dtype=dtype))
 
 
-def _static_nbytes(b: Buffer) -> int:
-    """Bytes ``b`` spans when its sizes and strides are numbers, else 0."""
-    dims = [(sympy.sympify(n), sympy.sympify(st)) for n, st in zip(b.size, b.stride)]
-    if not all(n.is_Integer and st.is_Integer for n, st in dims):
-        return 0
-    if any(int(n) == 0 for n, _ in dims):
-        return 0
-    span = 1 + sum((int(n) - 1) * abs(int(st)) for n, st in dims)
-    return span * b.dtype.itemsize
-
-
 def _tup(xs) -> str:
     return "(" + "".join(py_index(x) + ", " for x in xs) + ")"
 
@@ -353,8 +341,7 @@ class PythonWrapper:
         self.device = "" if device == "cpu" else f", device={device!r}"  # allocations
         self.lines: list[str] = []
         self.globals: dict = {"torch": torch, "_fix": _fix_strides, "_view": _fast_view,
-                              "_empty": torch.empty_strided, "_empty_cpu": _fast_empty_cpu,
-                              "_empty_huge": memory.empty_huge}
+                              "_empty": torch.empty_strided, "_empty_cpu": _fast_empty_cpu}
         self.globals.update(constants)
 
     def _const(self, value) -> str:
@@ -412,10 +399,8 @@ class PythonWrapper:
     def _Alloc(self, s: Alloc):
         b = s.buf
         if not self.device:
-            # big static buffers in transparent huge pages: fresh pages fault in 5x cheaper
-            big = _static_nbytes(b) >= memory.HUGE_MIN_BYTES
-            self.lines.append(f"{b.name} = {'_empty_huge' if big else '_empty_cpu'}("
-                              f"{_tup(b.size)}, {_tup(b.stride)}, {b.dtype})")
+            self.lines.append(f"{b.name} = _empty_cpu({_tup(b.size)}, {_tup(b.stride)}, "
+                              f"{b.dtype})")
         else:
             self.lines.append(f"{b.name} = _empty({_tup(b.size)}, {_tup(b.stride)}, "
                               f"dtype={b.dtype}{self.device})")
