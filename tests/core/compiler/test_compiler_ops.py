@@ -418,6 +418,57 @@ def test_gathers_with_symbolic_sizes(ecompile, matches):
         matches(f(w, ids), F.embedding(ids, w).sum((1, 2)) + w[ids[:, 0]].mean(-1))
 
 
+_index_put = torch.ops.aten.index_put
+
+
+def _scatters(x, i, j, v):
+    return (_index_put(x, [i, None, j], v, True), _index_put(x * 2, [None, i], v[0, :1], True),
+            _index_put(x, [i[:1]], x[:1] * 2), _index_put(x, [None, i, j], v[:, :5].T + 1, True),
+            torch.ops.aten._unsafe_index_put(torch.zeros_like(x), [i, j], v[:, :1], True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_index_put_is_a_scatter_kernel(ecompile, matches, output_code, dtype):
+    """index_put (accumulating repeated places, or storing) as a scatter kernel: negative
+    indices wrap, values broadcast, leading and split indexed dims, against eager."""
+    x = (torch.randn(5, 7, 6) * 10).to(dtype)
+    i, j = torch.tensor([0, -1, 2, 0]), torch.tensor([1, 1, 5, 1])
+    v = (torch.randn(4, 7) * 10).to(dtype)
+    tol = 5e-2 if dtype == torch.bfloat16 else 1e-5
+    matches(ecompile(_scatters)(x, i, j, v), _scatters(x, i, j, v), atol=tol, rtol=tol)
+    assert "aten.index_put" not in "\n".join(output_code)
+
+
+def test_index_put_out_of_range_raises_index_error(ecompile):
+    x, v = torch.randn(6, 3), torch.randn(2, 3)
+    f = ecompile(lambda x, i, v: _index_put(x, [i], v, True))
+    with pytest.raises(IndexError, match="index_put"):
+        f(x, torch.tensor([1, 6]), v)
+    with pytest.raises(IndexError, match="index_put"):
+        f(x, torch.tensor([-7, 0]), v)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+def test_upsampling_backward_scatters_into_its_input_gradient(ecompile, matches, mode):
+    """The backward of upsampling accumulates each output gradient into the input places it
+    was read from (index_put with accumulate), also for channels-last gradients."""
+    def f(img):
+        return (F.interpolate(img, scale_factor=2, mode=mode) * torch.arange(16.0)).sin().sum()
+    torch.manual_seed(0)
+    img = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last).requires_grad_()
+    ref = torch.autograd.grad(f(img), img)
+    got = torch.autograd.grad(ecompile(f)(img), img)
+    matches(got, ref, atol=1e-4, rtol=1e-4)  # sums of up to 16 terms in another order
+
+
+def test_index_put_with_symbolic_sizes(ecompile, matches):
+    f = ecompile(lambda x, i, v: _index_put(x, [i], v, True) * 2, dynamic=True)
+    for n, m in [(6, 4), (9, 7)]:
+        x, v = torch.randn(n, 3), torch.randn(m, 3)
+        i = torch.randint(-n, n, (m,))
+        matches(f(x, i, v), _index_put(x, [i], v, True) * 2)
+
+
 def _cats(a, b, c, i):
     return (torch.cat([a, b, c], 1) * 2, torch.cat([-a[..., 2:], a[..., :2]], -1) * a,
             torch.cat([a[0], i[:, :4].to(a.dtype)], 0), torch.cat([a > 0, c > 0], 1),

@@ -342,13 +342,22 @@ class Lazy(TensorValue):
         return self.fn(index)
 
 
-def body(node, *index) -> Expr:
-    """Evaluate ``node.fn`` as that node (so lazies realized after it are still inlined)."""
+def body(node, *index, fn: Callable | None = None) -> Expr:
+    """Evaluate ``node.fn`` (or ``fn``) as that node (so lazies realized after it are still
+    inlined)."""
     saved, _reader[0] = _reader[0], node.pos
     try:
-        return node.fn(*index)
+        return (node.fn if fn is None else fn)(*index)
     finally:
         _reader[0] = saved
+
+
+def scatter_body(node: Scatter) -> tuple:
+    """A scatter's ``(init, target, value)`` expressions over ``x*`` (the buffer's dims) and
+    ``r*`` (its iteration dims)."""
+    xs, rs = index_vars("x", len(node.buf.size)), index_vars("r", len(node.size))
+    return (body(node, xs, fn=node.init), body(node, rs, fn=node.target),
+            body(node, rs, fn=node.fn))
 
 
 @dataclass(eq=False)
@@ -386,7 +395,22 @@ class Extern:
     pos: int = 0
 
 
-Node = Pointwise | Reduction | Extern
+@dataclass(eq=False)
+class Scatter:
+    """``buf = init(i)`` over ``buf.size``, then ``buf[target(j)] = fn(j)`` (``+=`` when
+    ``accumulate``) over ``size``: index_put, whose places are data (``target`` gives a
+    ``Gather`` of ``buf``: where to write, not a read)."""
+
+    buf: Buffer
+    init: Callable[[Sequence], Expr]
+    size: list
+    target: Callable[[Sequence], Gather]
+    fn: Callable[[Sequence], Expr]
+    accumulate: bool
+    pos: int = 0
+
+
+Node = Pointwise | Reduction | Extern | Scatter
 
 
 class IndexCheck(NamedTuple):
@@ -401,6 +425,10 @@ def node_reads(node: Node) -> set[str]:
     """Names of the buffers a node reads."""
     if isinstance(node, Extern):
         return {b.name for b in node.reads}
+    if isinstance(node, Scatter):
+        init, target, value = scatter_body(node)
+        return (reads_of(init) | reads_of(value) |
+                set().union(*(reads_of(p) for p in target.positions))) - {node.buf.name}
     if isinstance(node, Pointwise):
         e = body(node, index_vars("x", len(node.buf.size)))
     else:

@@ -82,9 +82,10 @@ class Lowered(NamedTuple):
     kernels: list  # the Kernel steps
 
 
-def lower(gm: GraphModule, device: str, inference: bool) -> Lowered:
-    """Lower ``gm`` to IR and schedule it into kernels and extern calls."""
-    g = GraphLowering(gm, device=device, inference=inference)
+def lower(gm: GraphModule, device: str, inference: bool, triton: bool = False) -> Lowered:
+    """Lower ``gm`` to IR and schedule it into kernels and extern calls (for Triton's code
+    generator when ``triton``, else C++)."""
+    g = GraphLowering(gm, device=device, inference=inference, triton=triton)
     g.run()
     for name in g.fallback_ops:
         capture.record_fallback(name)
@@ -111,7 +112,8 @@ def _compile(gm: GraphModule, example_inputs, options: dict):
         from ember.core.compiler.runtime import triton_kernels
 
         device = triton_kernels.check_device(device)
-    lowered = lower(gm, device if use_triton else "cpu", bool(options.get("inference")))
+    lowered = lower(gm, device if use_triton else "cpu", bool(options.get("inference")),
+                    triton=use_triton)
     g, buffers, steps, kernels = lowered.graph, lowered.buffers, lowered.steps, lowered.kernels
     if use_triton:
         libs, tu = triton_kernels.load_kernels(kernels, buffers, options)

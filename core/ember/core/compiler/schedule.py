@@ -17,7 +17,7 @@ from typing import NamedTuple
 import sympy
 
 from ember.core.compiler import ir
-from ember.core.compiler.ir import Extern, Pointwise, Reduction
+from ember.core.compiler.ir import Extern, Pointwise, Reduction, Scatter
 from ember.core.compiler.lowering.builders import InputWrite
 from ember.core.logs import get_logger
 
@@ -26,16 +26,17 @@ log = get_logger("schedule")
 
 @dataclass
 class Item:
-    kind: str  # "store" | "reduce"
+    kind: str  # "store" | "reduce" | "scatter"
     node: object
     expr: ir.Expr
-    index: object = None  # store index (loop items) in kernel variables
+    index: object = None  # store index (loop items) in kernel variables; a scatter's
+    # target (an ``ir.Gather`` of the buffer it writes)
     var: str = ""  # name of the reduction / scalar result
 
 
 @dataclass
 class Stage:
-    kind: str  # "loop" | "scalar"
+    kind: str  # "loop" | "scalar" | "scatter"
     rsizes: list
     items: list = field(default_factory=list)
 
@@ -192,6 +193,25 @@ class _Builder:
             produced[node.buf.name] = _Produced("scalar" if kind == "scalar" else "loop", here,
                                                 index, expr)
         self.nodes.append(node)
+
+
+def scatter_kernel(node: Scatter, name: str) -> Kernel:
+    """A scatter as a kernel of its own: a loop stage storing its initial value (walking the
+    buffer in memory order), then a "scatter" stage over its iteration sizes."""
+    b = node.buf
+    n = len(b.size)
+    order = list(range(n))
+    if all(sympy.sympify(st).is_Integer for st in b.stride):
+        order.sort(key=lambda d: -int(b.stride[d]))
+    rs = ir.index_vars("r", n)
+    at = [rs[order.index(d)] for d in range(n)]
+    init = ir.body(node, at, fn=node.init)
+    index = sum((v * st for v, st in zip(at, b.stride)), sympy.Integer(0))
+    rs = ir.index_vars("r", len(node.size))
+    stages = [Stage("loop", [b.size[d] for d in order], [Item("store", node, init, index)]),
+              Stage("scatter", list(node.size),
+                    [Item("scatter", node, ir.body(node, rs), ir.body(node, rs, fn=node.target))])]
+    return Kernel(name, [], stages, [node], {b.name}, {b.name})
 
 
 def _check_overwrite(node, expr, here: int, index, reads: list) -> None:
@@ -516,7 +536,7 @@ def schedule(nodes: list, output_names: set[str]) -> list:
 
     def pull_forward(start):
         for j in range(start, min(len(nodes), start + LOOKAHEAD)):
-            if j in done or isinstance(nodes[j], Extern) or not ready(j):
+            if j in done or isinstance(nodes[j], (Extern, Scatter)) or not ready(j):
                 continue
             try:
                 join(j)
@@ -526,9 +546,9 @@ def schedule(nodes: list, output_names: set[str]) -> list:
     for i, n in enumerate(nodes):
         if i in done:
             continue
-        if isinstance(n, Extern):
+        if isinstance(n, (Extern, Scatter)):
             close()
-            steps.append(n)
+            steps.append(n if isinstance(n, Extern) else scatter_kernel(n, f"kernel{len(steps)}"))
             done.add(i)
             continue
         if current:

@@ -181,13 +181,17 @@ def signature(k: Kernel, private: frozenset[str] = frozenset()) -> Signature:
         for s in st.rsizes:
             free |= sympy.sympify(s).free_symbols
         for it in st.items:
-            for x in ir.walk(it.expr):
+            target = it.index if isinstance(it.index, ir.Gather) else None  # a scatter's
+            exprs = [it.expr] + (list(target.positions) if target is not None else [])
+            for x in (x for e in exprs for x in ir.walk(e)):
                 if isinstance(x, (ir.Load, ir.Gather)):
                     read.add(x.buf)
                     free |= ir.size_symbols(x.index)
                 elif isinstance(x, ir.Index):
                     free |= sympy.sympify(x.expr).free_symbols
-            if it.index is not None:
+            if target is not None:
+                free |= ir.size_symbols(target.index)
+            elif it.index is not None:
                 free |= sympy.sympify(it.index).free_symbols
     for s in k.outer:
         free |= sympy.sympify(s).free_symbols

@@ -93,7 +93,7 @@ TEMPLATES: dict[str, str] = {
     "bitwise_or": "static_cast<{T}>({0} | {1})",
     "bitwise_xor": "static_cast<{T}>({0} ^ {1})",
     "bitwise_not": "static_cast<{T}>(~{0})",
-    "where": "({0} ? {1} : {2})",
+    "where": "e_sel<{R}>({0}, {1}, {2})",
 }
 # reduction -> its OpenMP ``reduction(op: ...)`` operator
 OMP_REDUCTIONS = {"sum": "+", "prod": "*", "max": "max", "min": "min", "any": "|"}
@@ -220,8 +220,8 @@ class _Body:
         else:
             template = TEMPLATES[e.prim]
             args = [self.expr(a) for a in e.args]
-            # operands share one compute type
-            s = template.format(*args, T=ctype(e.args[0].dtype))
+            # operands share one compute type ({T}); {R}: the result's
+            s = template.format(*args, T=ctype(e.args[0].dtype), R=ctype(dt))
         self.count += 1
         name = f"t{self.count}"
         self.line(f"{ctype(dt)} {name} = {s};")
@@ -350,6 +350,8 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
     ``tunable`` (max-autotune) adds two trailing ``int64_t`` arguments, the OpenMP thread
     count and the chunks per thread of the outer loop, so one build serves every candidate.
     """
+    if any(st.kind == "scatter" for st in k.stages):
+        return _scatter_source(k, buffers)
     local = _row_locals(k)
     k.stored -= set(local)
     alias = _output_scratch(k, local)
@@ -412,6 +414,78 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
         body.close(saved)
     src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + "\n}\n"
     return src, sig.args(ArgKind.POINTER)
+
+
+def _parallel_if(work) -> tuple[bool, str]:
+    """Whether a loop over ``work`` elements may run in parallel, and the OpenMP ``if``
+    clause that decides it at run time for symbolic sizes."""
+    static = _static(work)
+    if static is not None:
+        return static >= PARALLEL_MIN_WORK, ""
+    return True, f" if(parallel: {cpp_index(work)} >= {PARALLEL_MIN_WORK})"
+
+
+# buffer dtypes whose elements an ``omp atomic`` update can add to
+_ATOMIC = {torch.float32, torch.float64, torch.int64, torch.int32}
+
+
+def _scatter_source(k: Kernel, buffers) -> tuple[str, list]:
+    """A scatter kernel (``schedule.scatter_kernel``): the initial value's loop, then one
+    loop over the values, each stored (or added) at the place its positions give. Threads
+    split the values only where adds can be atomic; one thread adds plainly."""
+    sig = signature(k)
+    params = [f"const {CTYPES[buffers[b].dtype]}* __restrict__ {b}" for b in sig.inputs]
+    params += [f"{CTYPES[buffers[b].dtype]}* __restrict__ {b}" for b in sig.outputs]
+    params += [f"int64_t {s.name}" for s in sig.syms]
+    body = _Body(buffers, k.name)
+    init, scatter = k.stages
+    par, cond = _parallel_if(ir.numel(init.rsizes))
+    _emit_loop(body, init.rsizes, init.items, k.stored, par, cond)
+    it = scatter.items[0]
+    work = ir.numel(scatter.rsizes)
+    par, _ = _parallel_if(work)
+    if par and it.node.buf.dtype in _ATOMIC:
+        scope = body.open(f"if ({cpp_index(work)} >= {PARALLEL_MIN_WORK} && "
+                          f"omp_get_max_threads() > 1)")
+        _emit_scatter(body, scatter, True)
+        body.close(scope)
+        scope = body.open("else")
+        _emit_scatter(body, scatter, False)
+        body.close(scope)
+    else:
+        _emit_scatter(body, scatter, False)
+    src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + "\n}\n"
+    return src, sig.args(ArgKind.POINTER)
+
+
+def _emit_scatter(body: _Body, st, parallel: bool) -> None:
+    """The loops of a scatter stage; ``parallel``: threads share the outermost loop and
+    every add is atomic."""
+    it = st.items[0]
+    buf, target = it.node.buf, it.index
+    rs = ir.index_vars("r", len(st.rsizes))
+    saved = []
+    for d, (r, n) in enumerate(zip(rs, st.rsizes)):
+        if d == 0 and parallel:
+            body.line("#pragma omp parallel for")
+        saved.append(body.open(f"for (int64_t {r} = 0; {r} < {cpp_index(n)}; ++{r})"))
+    v = body.expr(it.expr)
+    index = target.index.xreplace({
+        ir.gather_slot(j): sympy.Symbol(body.expr(ir.cast(p, torch.int64)), integer=True)
+        for j, p in enumerate(target.positions)})
+    ref = f"{buf.name}[{cpp_index(index)}]"
+    if not it.node.accumulate:
+        body.line(_store(buf, index, v))
+    elif buf.dtype == torch.bfloat16:
+        body.line(f"{ref} = e_f_to_bf16(e_bf16_to_f({ref}) + {v});")
+    elif buf.dtype == torch.float16:
+        body.line(f"{ref} = static_cast<_Float16>(static_cast<float>({ref}) + {v});")
+    else:
+        if parallel:
+            body.line("#pragma omp atomic")
+        body.line(f"{ref} += static_cast<{CTYPES[buf.dtype]}>({v});")
+    for sv in reversed(saved):
+        body.close(sv)
 
 
 def _horizontal(k: Kernel) -> bool:

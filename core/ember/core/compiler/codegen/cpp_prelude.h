@@ -7,8 +7,22 @@
 #include <cstring>
 #include <type_traits>
 #include <omp.h>
-template <typename T> static inline T e_max(T a, T b) { return (a != a || a > b) ? a : b; }
-template <typename T> static inline T e_min(T a, T b) { return (a != a || a < b) ? a : b; }
+// select without a branch for floats: g++ 12 if-converts `c ? a : b` in a loop only when the
+// loop calls no function but a builtin, so a select beside our SIMD exp (gelu's backward, a
+// clamped erf) would leave the whole loop scalar; bit masks need no if-conversion
+template <typename T> static inline T e_sel(bool c, T a, T b) {
+  if constexpr (std::is_same<T, float>::value || std::is_same<T, double>::value) {
+    using U = typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type;
+    U ua, ub, m = U(0) - static_cast<U>(c);
+    std::memcpy(&ua, &a, sizeof(T)); std::memcpy(&ub, &b, sizeof(T));
+    U r = (ua & m) | (ub & ~m);
+    T out; std::memcpy(&out, &r, sizeof(T)); return out;
+  } else {
+    return c ? a : b;
+  }
+}
+template <typename T> static inline T e_max(T a, T b) { return e_sel<T>((a != a) | (a > b), a, b); }
+template <typename T> static inline T e_min(T a, T b) { return e_sel<T>((a != a) | (a < b), a, b); }
 // integers: C++ % (truncating, the dividend's sign); lowering only emits integer fmod and
 // remainder with a constant divisor other than 0 and -1, so % is defined
 template <typename T> static inline T e_fmod(T a, T b) {
@@ -40,7 +54,9 @@ template <typename T> static inline T e_floordiv(T a, T b) {
 // (gelu and its backward) need none; erf(+-4) rounds to +-1 in float.
 static inline double e_erf(double x) { return std::erf(x); }
 static inline float e_erf(float x) {
-  float c = x < -4.f ? -4.f : (x > 4.f ? 4.f : x), z = c * c;
+  float c = e_sel<float>(x < -4.f, -4.f, x);
+  c = e_sel<float>(c > 4.f, 4.f, c);
+  float z = c * c;
   float p = z * -2.72614225801306e-10f + 2.77068142495902e-08f;
   p = p * z - 2.10102402082508e-06f; p = p * z - 5.69250639462346e-05f;
   p = p * z - 7.34990630326855e-04f; p = p * z - 2.95459980854025e-03f;

@@ -213,6 +213,10 @@ class Decline(Exception):
 def check_index(ctx: Ctx, index, size, what: str, wrap: bool = False) -> None:
     """Flag (for the wrapper's IndexError) an element of ``index`` outside [0, size), or
     outside [-size, size) with ``wrap`` (negative indices count from the end)."""
+    key = (id(index), str(size), wrap, what)
+    if key in ctx.graph.checked:  # the same index tensor checked for another gather already
+        return
+    ctx.graph.checked[key] = index  # (kept alive: its id stays unique)
     lo = op("neg", torch.int64, scalar_expr(size, torch.int64)) if wrap else \
         const(0, torch.int64)
 

@@ -54,9 +54,11 @@ _COSTLY = {"exp", "exp2", "expm1", "log", "log1p", "log2", "tanh", "erf", "erfc"
 class GraphLowering:
     """Walks an FX graph, building IR nodes in topological order."""
 
-    def __init__(self, gm: GraphModule, device: str = "cpu", inference: bool = False):
+    def __init__(self, gm: GraphModule, device: str = "cpu", inference: bool = False,
+                 triton: bool = False):
         self.gm = gm
         self.device = device  # kernels run on this device type (CUDA for Triton codegen)
+        self.triton = triton  # Triton kernels (no scatter kernels there), else C++
         self.inference = inference  # no backward will follow (AOT's inference graph)
         self.nodes: list = []
         self.inputs: list = []  # (placeholder position, Buffer | sympy.Symbol | None)
@@ -65,6 +67,7 @@ class GraphLowering:
         self.fallback_ops: list[str] = []
         self.checks: list[ir.IndexCheck] = []
         self.reductions: dict = {}  # (value id, dims, type, dtypes) -> (value, buffer)
+        self.checked: dict = {}  # (index id, size, wrap, message) -> index: checks made
         self._count = 0
         self.env: dict[FxNode, object] = {}
         self.input_writes: Counter = Counter()  # placeholder -> FX nodes writing into it
@@ -246,6 +249,8 @@ class GraphLowering:
         if isinstance(out, Lazy):
             e = out.fn(ir.index_vars("x", len(out.size)))
             ops = ir.op_count(e)
+            if ops == 0 and not ir.reads_of(e):
+                return out  # a constant or an index (zeros, iota): cheaper than any load
             costly = any(isinstance(x, ir.PrimOp) and x.prim in _COSTLY for x in ir.walk(e))
             if ops > 64 or (users > 1 and (ops > 3 or users > 3 or costly)):
                 self.realize(out)

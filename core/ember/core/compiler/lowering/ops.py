@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sympy
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from ember.core.compiler import ir
 from ember.core.compiler.ir import (
@@ -630,10 +631,10 @@ def _clamp_position(v, top):
     return op("minimum", torch.int64, op("maximum", torch.int64, v, const(0, torch.int64)), top)
 
 
-def _gather_index(ctx: Ctx, x, indices: list, *, wrap: bool, check: bool, what: str):
-    """``x[indices]`` with advanced-indexing semantics (``None`` keeps a dimension) as a
-    pointwise value whose loads of ``x`` sit at data-dependent places: fused into its
-    reader, no ATen call, no copy of the gathered rows. CPU and Triton code generators."""
+def _advanced(x, indices: list):
+    """Advanced indexing's layout of ``x[indices]`` (``None`` keeps a dimension): the indices
+    padded to ``x``'s dims, the indexed dims, and where the broadcast index dims sit in the
+    result (``first``) and how many there are. Declines boolean masks and scalars."""
     n = len(x.size)
     idx = list(indices) + [None] * (n - len(indices))
     dims = [d for d, t in enumerate(idx) if t is not None]
@@ -641,25 +642,92 @@ def _gather_index(ctx: Ctx, x, indices: list, *, wrap: bool, check: bool, what: 
             not isinstance(idx[d], TensorValue) or idx[d].dtype not in (torch.int64, torch.int32)
             for d in dims):
         raise Decline  # boolean masks (data-dependent shapes), scalars: ATen
-    size = ctx.size
     nb = max(len(idx[d].size) for d in dims)
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
-    first = dims[0] if adjacent else 0
-    bsize = size[first:first + nb]
-    src = ctx.graph.realize(x)
+    return idx, dims, (dims[0] if adjacent else 0), nb
+
+
+def _places(ctx: Ctx, x, idx: list, dims: list, first: int, nb: int, bsize: list, wrap: bool):
+    """``fn(i) -> (at, positions)``: for the element ``i`` of ``x[idx]``, the index into ``x``
+    (``gather_slot(k)`` for the k-th indexed dim) and the clamped position of each slot."""
+    n = len(x.size)
     slots = {d: ir.gather_slot(k) for k, d in enumerate(dims)}
-    for d in dims:
-        if check:
-            check_index(ctx, idx[d], x.size[d], f"{what}: an index along dim {d}", wrap)
 
     def fn(i):
         b = i[first:first + nb]
         rest = iter(list(i[:first]) + list(i[first + nb:]))
         at = [slots[d] if d in slots else next(rest) for d in range(n)]
-        positions = [_position(ctx, idx[d], x.size[d], b, bsize, wrap) for d in dims]
+        return at, [_position(ctx, idx[d], x.size[d], b, bsize, wrap) for d in dims]
+    return fn
+
+
+def _gather_index(ctx: Ctx, x, indices: list, *, wrap: bool, check: bool, what: str):
+    """``x[indices]`` with advanced-indexing semantics (``None`` keeps a dimension) as a
+    pointwise value whose loads of ``x`` sit at data-dependent places: fused into its
+    reader, no ATen call, no copy of the gathered rows. CPU and Triton code generators."""
+    idx, dims, first, nb = _advanced(x, indices)
+    size = ctx.size
+    src = ctx.graph.realize(x)
+    for d in dims:
+        if check:
+            check_index(ctx, idx[d], x.size[d], f"{what}: an index along dim {d}", wrap)
+    places = _places(ctx, x, idx, dims, first, nb, size[first:first + nb], wrap)
+
+    def fn(i):
+        at, positions = places(i)
         return ir.gather(x.dtype, src.buf.name, src.flat_index(at), positions)
 
     return Lazy(x.dtype, size, fn)
+
+
+def _broadcast_sizes(sizes: list) -> list:
+    """The broadcast of several (symbolic) shapes."""
+    nb = max(len(s) for s in sizes)
+    out = []
+    for k in range(nb):
+        dims = [s[len(s) - nb + k] for s in sizes if len(s) - nb + k >= 0]
+        big = [v for v in dims if not ir.same(v, 1)]
+        out.append(big[0] if big else sympy.Integer(1))
+    return out
+
+
+@register(aten.index_put, aten._unsafe_index_put)
+def _index_put(ctx, x, indices, values, accumulate=False):
+    """index_put as a scatter kernel (C++ code generator): ``x`` copied into a fresh buffer,
+    then each element of ``values`` stored (added, with ``accumulate``) at the place its
+    indices give; the backwards of indexing and upsampling, which ATen runs serially over a
+    strided copy. Indices wrap when negative; one outside raises IndexError after the kernels
+    (``index_put``, not ``_unsafe_index_put``)."""
+    if ctx.graph.triton or not isinstance(values, TensorValue) or \
+            x.dtype != ctx.dtype or (accumulate and ctx.dtype == torch.bool):
+        raise Decline
+    idx, dims, first, nb = _advanced(x, indices)
+    bsize = _broadcast_sizes([idx[d].size for d in dims])
+    rest = [s for d, s in enumerate(x.size) if d not in dims]
+    size = rest[:first] + bsize + rest[first:]
+    if len(values.size) > len(size):
+        raise Decline
+    val = ctx.val
+    if val.is_contiguous():
+        stride = contiguous_strides(ctx.size)
+    elif is_non_overlapping_and_dense_or_false(val):
+        stride = [sym(s) for s in val.stride()]
+    else:
+        raise Decline
+    if ctx.node.target._overloadpacket is aten.index_put:
+        for d in dims:
+            check_index(ctx, idx[d], x.size[d], f"index_put: an index along dim {d}", True)
+    buf = ctx.graph.new_buffer(ctx.dtype, ctx.size, stride)
+    out = StridedView.of(buf)
+    places = _places(ctx, x, idx, dims, first, nb, bsize, True)
+
+    def target(i):
+        at, positions = places(i)
+        return ir.gather(ctx.dtype, buf.name, out.flat_index(at), positions)
+
+    ctx.graph.add(ir.Scatter(buf, lambda i: bload(x, list(x.size), i, ctx.dtype), size, target,
+                             lambda i: bload(values, size, i, ctx.dtype), bool(accumulate)))
+    return out
 
 
 @register(aten.index, aten._unsafe_index)

@@ -13,6 +13,7 @@ import ctypes
 from ember.core.compiler import modes
 from ember.core.compiler.codegen import cpp
 from ember.core.compiler.codegen.common import ArgKind
+from ember.core.compiler.ir import Scatter
 from ember.core.compiler.lowering.builders import InputWrite
 from ember.core.compiler.runtime import build
 from ember.core.compiler.runtime.tuned import TunedKernel
@@ -74,8 +75,9 @@ def load(steps: list, buffers: dict, options: dict | None) -> tuple[dict, str]:
         return {}, ""
     tune = modes.tunes_kernels(options)
     # a kernel writing a graph input in place must run once per call: never tuned (tuning
-    # times candidates by re-running the kernel on its real arguments)
-    tuned = {k.name for k in kernels if tune and not any(isinstance(n, InputWrite)
+    # times candidates by re-running the kernel on its real arguments); scatter kernels
+    # take no tuning parameters
+    tuned = {k.name for k in kernels if tune and not any(isinstance(n, (InputWrite, Scatter))
                                                          for n in k.nodes)}
     sources, specs = kernel_sources(kernels, buffers, frozenset(tuned))
     parts = [src for src, _ in sources.values()]
