@@ -65,6 +65,9 @@ def is_extern(packet) -> bool:
 # mm/addmm with M, N or K at most this (static sizes) run as a loop reduction: BLAS is far
 # from its peak on such shapes ([512,512] @ [512,10] on 2 cores: MKL 190 us, the loop 40 us)
 SKINNY_MM = 16
+# with only K short, the loop computes one K-long dot product per output: BLAS wins once the
+# output is large ([512,16] @ [16,64] on 1 thread: the loop 93 us, MKL's addmm 25-30 us)
+SHORT_K_MAX_OUTPUTS = 4096
 
 
 def _skinny_mm(ctx: Ctx, a, b) -> StridedView:
@@ -73,6 +76,9 @@ def _skinny_mm(ctx: Ctx, a, b) -> StridedView:
             not all(sympy.sympify(v).is_Integer for v in sizes) or \
             not 0 < min(int(v) for v in sizes) <= SKINNY_MM:
         raise Decline
+    m, k, n = (int(v) for v in sizes)
+    if min(m, n) > SKINNY_MM and m * n > SHORT_K_MAX_OUTPUTS:
+        raise Decline  # only K is short: a dot product of K per output loses to BLAS
     acc = compute_dtype(ctx.dtype)
     prod = Lazy(acc, [a.size[0], b.size[1], a.size[1]],
                 lambda i: op("mul", acc, cast(a.load([i[0], i[2]]), acc),
