@@ -1,9 +1,7 @@
-import logging
 
 import pytest
 import torch
 
-from ember.core import set_logs
 from ember.core.compiler import compile as ember_compile
 from ember.core.compiler.runtime import isa
 
@@ -57,17 +55,3 @@ def _assert_matches(out, ref, atol=1e-5, rtol=1e-5):
                                    msg=lambda m, i=i: f"output {i}: {m}")
 
 
-@pytest.fixture
-def output_code():
-    """The messages of ``ember.output_code`` (generated C++ and wrappers) during the test."""
-    msgs = []
-
-    class H(logging.Handler):
-        def emit(self, record):
-            msgs.append(record.getMessage())
-    h = H()
-    set_logs(output_code=True)
-    logging.getLogger("ember.output_code").addHandler(h)
-    yield msgs
-    logging.getLogger("ember.output_code").removeHandler(h)
-    set_logs(output_code=None)

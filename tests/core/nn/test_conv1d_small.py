@@ -3,7 +3,6 @@ compiler routing such convolutions to it (JIT graphs only; packages keep ATen's)
 
 from __future__ import annotations
 
-import logging
 import zipfile
 
 import pytest
@@ -13,7 +12,6 @@ import torch.nn.functional as F
 from ember.core import aot
 from ember.core import compile as ember_compile
 from ember.core.compiler.lowering import externs
-from ember.core.logs import set_logs
 from ember.core.nn import conv1d_small as small
 
 pytestmark = pytest.mark.skipif(not small.available(), reason="no C++ compiler")
@@ -60,21 +58,6 @@ class _Front(torch.nn.Module):
 
     def forward(self, x):
         return self.conv1(F.gelu(self.norm(self.conv0(x.unsqueeze(1)))))
-
-
-@pytest.fixture
-def output_code():
-    msgs = []
-
-    class H(logging.Handler):
-        def emit(self, record):
-            msgs.append(record.getMessage())
-    h = H()
-    set_logs(output_code=True)
-    logging.getLogger("ember.output_code").addHandler(h)
-    yield msgs
-    logging.getLogger("ember.output_code").removeHandler(h)
-    set_logs(output_code=None)
 
 
 def test_compiled_short_convolution_runs_the_native_kernel(output_code):
