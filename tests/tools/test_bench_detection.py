@@ -34,3 +34,37 @@ def test_different_detections():
     assert compare_detections(relabeled, ref)[0] == 1 / 3
     assert compare_detections([_dets([], [])], ref) == (0.0, 0.0)
     assert compare_detections([], ref) == (0.0, math.inf)
+
+
+def test_rewarm_resets_once_then_warms_every_row_alike(monkeypatch):
+    from ember.tools.bench import detection
+
+    log = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: log.append("reset"))
+    entries = {name: {"fn": (lambda images, name=name: log.append(name)),
+                      "context": detection.contextlib.nullcontext}
+               for name in ("b", "a", "c")}
+    detection._rewarm(entries, [])
+    assert log == ["reset"] + [n for n in ("b", "a", "c") for _ in range(detection.WARMUP)]
+
+
+def test_compile_order_is_the_one_given(monkeypatch):
+    from ember.tools.bench import detection
+
+    compiled = []
+
+    def fake_compile(variant, model, images):
+        compiled.append(variant)
+        raise RuntimeError("stop")  # a backend that fails is a note: nothing more to time
+
+    monkeypatch.setattr(detection, "_compile", fake_compile)
+    monkeypatch.setattr(detection, "_build", lambda side: torch.nn.Identity())
+    monkeypatch.setattr(detection, "_images", lambda n, side: [])
+    monkeypatch.setattr(detection, "compare_timings",
+                        lambda calls, **kw: {name: 1.0 for name in calls})
+    monkeypatch.setattr(detection, "compare_detections", lambda got, ref: (1.0, 0.0))
+    order = ["ember-freezing", "inductor"]
+    result = detection.run(order=order, threads=[1], size=(1, 8, 1))
+    assert compiled == [detection.VARIANTS[n] for n in order]
+    assert [r[1] for r in result.rows] == ["eager"]
+    assert sum(n.startswith("error: ") for n in result.notes) == 2

@@ -12,8 +12,15 @@ Inductor's flag is set around every call of that row, since a retrace reads it);
 two calls are the
 compile (the RPN's proposal counts are data-dependent, so some graphs recompile once with
 dynamic sizes), during which the Dynamo graph breaks and the compiled graphs are counted.
-The models are then timed round-robin (median of rounds, one call per sample) with one
-thread and with torch's default thread count, in the same process. A compiled model's
+
+So that no row's time depends on the order the rows are compiled in, every row is compiled
+twice: first each after its own ``torch._dynamo.reset()`` (the counts, the compile seconds
+and the output come from this), then all again after one common reset, each with the same
+warm-up calls and none reset after (the second compile mostly reads the compile caches). Only
+then are the models timed round-robin (median of rounds, one call per sample, the order
+rotating every round) with one thread and with torch's default thread count, in the same
+process. Before, the rows compiled before the last reset retraced inside the timing's
+warm-up, and the last one did not. A compiled model's
 detections are matched to eager's per image (same label, box within :data:`BOX_TOL`
 pixels, in any order).
 """
@@ -117,15 +124,36 @@ def _compile(variant: Variant, model: torch.nn.Module, images: list[torch.Tensor
             "graphs": counters["stats"]["unique_graphs"], "out": out}
 
 
+# calls per row after the common reset: the static trace, the recompile with dynamic sizes,
+# one more
+WARMUP = 3
+
+
+def _rewarm(entries: dict, images: list[torch.Tensor]) -> None:
+    """Compile every row again after one common reset, each the same way, none reset after:
+    all of them are warm, with nothing of the first compile's order left in Dynamo."""
+    torch._dynamo.reset()
+    for name, e in entries.items():
+        _report(f"warming {name}")
+        with torch.no_grad():
+            for _ in range(WARMUP):
+                _call(e["fn"], e["context"], images)
+
+
 def _call(fn, context, images):
     with context():
         return fn(images)
 
 
-def run(quick: bool = False) -> BenchResult:
+def run(quick: bool = False, order: list[str] | None = None, threads: list[int] | None = None,
+        size: tuple[int, int, int] | None = None) -> BenchResult:
+    """``order``: the compiled rows, in the order they compile (default: all of
+    :data:`VARIANTS`); ``threads``: the thread counts timed (default: 1 and torch's default);
+    ``size``: (images, side, rounds) instead of the default or quick one. The last three are
+    for checking the bench itself (e.g. that two orders give the same ratios)."""
     import ember.core  # noqa: F401  (registers the "ember" backend)
 
-    n, side, rounds = (1, 128, 3) if quick else (2, 320, 9)
+    n, side, rounds = size or ((1, 128, 3) if quick else (2, 320, 9))
     model, images = _build(side), _images(n, side)
     default_threads = torch.get_num_threads()
     # both backends compile the same code objects: room for each one's entries
@@ -135,7 +163,8 @@ def run(quick: bool = False) -> BenchResult:
     entries = {"eager": {"fn": model, "context": contextlib.nullcontext, "compile_s": 0.0,
                          "graph_breaks": "-", "graphs": "-", "out": eager_out}}
     errors = []
-    for name, variant in VARIANTS.items():
+    for name in order or list(VARIANTS):
+        variant = VARIANTS[name]
         _report(f"compiling {name}")
         try:
             entries[name] = _compile(variant, model, images)
@@ -144,15 +173,14 @@ def run(quick: bool = False) -> BenchResult:
     columns = ["threads", "backend", "ms", "speed-up vs eager", "graph breaks",
                "compiled graphs", "compile s", "detections matched %", "max box diff px"]
     rows = []
-    thread_counts = [1] if default_threads == 1 else [1, default_threads]
+    thread_counts = threads or ([1] if default_threads == 1 else [1, default_threads])
+    _rewarm(entries, images)
     for threads in thread_counts:
         torch.set_num_threads(threads)
         calls = {}
         for name, e in entries.items():
             calls[name] = lambda fn=e["fn"], ctx=e["context"]: _call(fn, ctx, images)
         with torch.no_grad():
-            # the warm-up call retraces the models compiled before the last reset (their
-            # kernels come from the caches)
             times = compare_timings(calls, rounds=rounds, min_seconds=0.0)
         for name, e in entries.items():
             share, diff = compare_detections(e["out"], eager_out)
@@ -166,7 +194,9 @@ def run(quick: bool = False) -> BenchResult:
              f"median of {rounds} round-robin rounds, one call per sample",
              "graph breaks and compiled graphs: Dynamo's counts over the first two calls "
              "(the compile, incl. the recompile with dynamic sizes) after a torch._dynamo.reset(); "
-             "the breaks are the data-dependent ops (nonzero in box filtering, NMS)",
+             "the breaks are the data-dependent ops (nonzero in box filtering, NMS); "
+             "then every row is compiled again after one common reset, with the same "
+             f"{WARMUP} warm-up calls each, so the timing does not depend on the compile order",
              f"detections matched: eager's detections found (same label, every coordinate "
              f"within {BOX_TOL} px, any order) over all detections of both; random heads "
              "score many boxes almost alike, so rounding can swap the last ones kept"]
