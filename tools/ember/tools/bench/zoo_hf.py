@@ -25,10 +25,10 @@ from ember.tools.bench.harness import BenchResult
 INFERENCE_CASES = (("inference", "float32"), ("inference", "amp"))
 TRAINING_CASE = ("training", "float32")
 # Largest |compiled - eager| relative to the tensor's largest |eager| value (the zoo's rule,
-# with the same float64 fallback). AMP compares with eager under the same autocast: bfloat16
-# keeps 8 bits of mantissa (relative step 2^-8 = 3.9e-3), and a fused kernel that keeps
-# intermediates in float32 where eager rounds each op to bfloat16 differs by a few steps
-# after a dozen layers, hence 5e-2.
+# with the same float64 RMS fallback: zoo._accurate). AMP compares with eager under the same
+# autocast: bfloat16 keeps 8 bits of mantissa (relative step 2^-8 = 3.9e-3), and a fused
+# kernel that keeps intermediates in float32 where eager rounds each op to bfloat16 differs by
+# a few steps after a dozen layers, hence 5e-2.
 TOLERANCE = {("float32", "inference"): 1e-3, ("float32", "training"): 5e-3,
              ("amp", "inference"): 5e-2}
 
@@ -303,11 +303,7 @@ def run(quick: bool = False, models: str | None = None,
     notes.append(f"device {device}; AMP = torch.autocast({device!r}, bfloat16 on CPU); training "
                  "= forward + loss (mean of the first output times fixed random weights) + "
                  "backward + SGD step, "
-                 "dropout off; accuracy vs eager in the same precision, max |diff| relative to "
-                 "the tensor's largest |value|: "
-                 + ", ".join(f"{p} {m} {t:g}" for (p, m), t in TOLERANCE.items())
-                 + "; a run outside it still passes when its error against a float64 eager "
-                 "run is at most twice eager's own")
+                 "dropout off; " + zoo.accuracy_rule(TOLERANCE))
     notes.append("models: transformers " + _version() + ", small configs (2 layers, hidden "
                  "64), random weights, default attention implementation, attention masks "
                  "with padding where the model takes one: " + ", ".join(names))

@@ -187,8 +187,7 @@ def run(quick: bool = False, models: str | None = None,
         notes.append(zoo.suite_summary(b, passed[b], total, speedups,
                                        training=("amp", "float32"), label=""))
     notes.append(f"device {device}; AMP = torch.autocast({device!r}, bfloat16 on CPU); "
-                 "accuracy and timing rules of the default zoo (tolerances "
-                 + ", ".join(f"{p} {m} {t:g}" for (p, m), t in zoo.TOLERANCE.items()) + ")")
+                 "timing rules of the default zoo; " + zoo.accuracy_rule(zoo.TOLERANCE))
     notes.append("inputs: classification 2x3x64x64 (32 quick; inception 80, maxvit 224, vit "
                  "built at that size), segmentation 2x3x64x64 (loss: mean square of the "
                  "outputs), video 2x3x4x48x48, detection 2 images 128x128 (64 quick) with one "
