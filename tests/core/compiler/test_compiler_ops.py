@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from ember.core import explain
+from ember.core.compiler.runtime import isa
 
 pytestmark = pytest.mark.usefixtures("isa_level")  # native and AVX2
 
@@ -289,6 +290,51 @@ def test_skinny_matmuls_match_eager(ecompile, matches, shape, dtype):
                              F.relu(a @ b) * 2)
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
     matches(ecompile(fn)(a, b, bias), fn(a, b, bias), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16bit_matmuls_match_eager(ecompile, matches, output_code, dtype):
+    # without native 16-bit dot products (AVX2) they run as float32 GEMMs on widened operands
+    a, b = torch.randn(34, 64).to(dtype), torch.randn(48, 64).to(dtype).t()
+    bias = torch.randn(48).to(dtype)
+    x, y = torch.randn(3, 17, 40).to(dtype), torch.randn(3, 40, 24).to(dtype)
+    z = torch.randn(3, 17, 24).to(dtype)
+    fn = lambda a, b, bias, x, y, z: (a @ b, torch.addmm(bias, a, b), F.gelu(a @ b + 1),
+                                      torch.bmm(x, y), torch.baddbmm(z, x, y) * 2,
+                                      torch.baddbmm(z, x, y, alpha=0.5))
+    args = (a, b, bias, x, y, z)
+    got = ecompile(fn)(*args)
+    matches(got, fn(*args), atol=2e-2, rtol=2e-2)
+    assert all(g.dtype == dtype for g in got)
+    from ember.core.compiler.lowering import externs
+
+    code = "\n".join(output_code)
+    if externs._NATIVE_16BIT and not any(f in isa.cpu_flags() for f in
+                                         externs._NATIVE_16BIT[dtype]) and isa.cpu_flags():
+        assert "aten.addmm.default" in code and "aten.bmm.default" in code
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16bit_convolutions_match_eager(ecompile, matches, dtype):
+    # values O(1): eager's own 16-bit rounding stays far below the tolerance
+    x, w, b = ((torch.randn(2, 3, 20, 20) * 0.3).to(dtype),
+               (torch.randn(8, 3, 5, 5) * 0.3).to(dtype), torch.randn(8).to(dtype))
+    dw = (torch.randn(8, 1, 3, 3) * 0.3).to(dtype)
+    fn = lambda x, w, b, dw: (F.conv2d(x, w, b, stride=2), F.relu(F.conv2d(x, w, padding=2)),
+                              F.conv2d(F.conv2d(x, w, b), dw, groups=8, padding=1) + 1)
+    args = (x, w, b, dw)
+    got = ecompile(fn)(*args)
+    assert all(g.dtype == dtype for g in got)
+    matches(got, fn(*args), atol=5e-2, rtol=2e-2)
+
+
+def test_autocast_linear_matches_eager(ecompile, matches):
+    lin = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64))
+    x = torch.randn(2, 17, 64)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want, got = lin(x), ecompile(lin)(x)
+    assert got.dtype == want.dtype == torch.bfloat16
+    matches(got, want, atol=3e-2, rtol=3e-2)
 
 
 def test_short_column_reductions_keep_nan_and_inf(ecompile, matches):

@@ -121,12 +121,69 @@ def _onednn_available() -> bool:
                                                             "_linear_pointwise")
 
 
+# ---------------------------------------------------------------- 16-bit matmuls in float32
+
+# x86 CPU flags that give oneDNN native 16-bit dot products; without them ATen's bfloat16 /
+# float16 GEMM is an emulation ~10x slower than MKL's sgemm on the same values (AVX2, 1
+# thread: [34,64] @ [64,128] bfloat16 addmm 256 us, float32 27 us)
+_NATIVE_16BIT = {torch.bfloat16: ("avx512_bf16", "amx_bf16"),
+                 torch.float16: ("avx512_fp16", "amx_fp16")}
+
+
+def _slow_16bit(ctx: Ctx) -> bool:
+    """A bfloat16/float16 CPU matmul on an x86 CPU without native 16-bit dot products."""
+    if ctx.graph.device != "cpu" or ctx.dtype not in _NATIVE_16BIT:
+        return False
+    from ember.core.compiler.runtime import isa
+
+    flags = isa.cpu_flags()
+    return bool(flags) and isa.cannot_run(()) is None and \
+        not any(f in flags for f in _NATIVE_16BIT[ctx.dtype])
+
+
+def _as_float32(ctx: Ctx, x) -> StridedView:
+    """``x`` (16-bit) widened to a float32 buffer: exact, so a float32 GEMM over the widened
+    operands sums the same products as ATen's 16-bit GEMM (which accumulates in float32)
+    and rounds once, when its result is stored or read as 16-bit."""
+    x = ctx.graph.realize(x) if not isinstance(x, StridedView) else x
+    return ctx.graph.realize(Lazy(torch.float32, list(x.size),
+                                  lambda i: cast(x.load(i), torch.float32)))
+
+
+class _Float32Val:
+    """``val``'s shape and strides with dtype float32 (what ``extern_call`` reads)."""
+
+    dtype = torch.float32
+
+    def __init__(self, val) -> None:
+        self.shape, self._stride = val.shape, val.stride()
+
+    def stride(self):
+        return self._stride
+
+
+def _float32_matmul(ctx: Ctx, target, args: tuple, widen: tuple[int, ...]) -> StridedView:
+    """``target(*args)`` on 16-bit operands run in float32 (the operands at ``widen``
+    widened), its float32 result read back as ``ctx.dtype``."""
+    if not _slow_16bit(ctx):
+        raise Decline
+    args = tuple(_as_float32(ctx, a) if k in widen else a for k, a in enumerate(args))
+    out = ctx.graph.extern_call(target, args, _Float32Val(ctx.val))
+    # stored as 16-bit: later ops read eager's rounded values, not the float32 sums
+    return ctx.graph.realize(Lazy(ctx.dtype, list(out.size),
+                                  lambda i: cast(out.load(i), ctx.dtype)))
+
+
 @register(aten.mm)
 def _mm(ctx, a, b):
     try:
         return _skinny_mm(ctx, a, b)
     except Decline:
+        pass
+    try:
         return _onednn_linear(ctx, a, b, None)
+    except Decline:
+        return _float32_matmul(ctx, aten.mm.default, (a, b), (0, 1))
 
 
 @register(aten.addmm)
@@ -136,8 +193,23 @@ def _addmm(ctx, bias, a, b, *, beta=1, alpha=1):
     try:
         mm = _skinny_mm(ctx, a, b)
     except Decline:
-        return _onednn_linear(ctx, a, b, bias)
+        try:
+            return _onednn_linear(ctx, a, b, bias)
+        except Decline:
+            return _float32_matmul(ctx, aten.addmm.default, (bias, a, b), (0, 1, 2))
     return pointwise(ctx, "add", bias, mm)
+
+
+@register(aten.bmm)
+def _bmm(ctx, a, b):
+    return _float32_matmul(ctx, aten.bmm.default, (a, b), (0, 1))
+
+
+@register(aten.baddbmm)
+def _baddbmm(ctx, x, a, b, *, beta=1, alpha=1):
+    if beta != 1 or alpha != 1:
+        raise Decline
+    return _float32_matmul(ctx, aten.baddbmm.default, (x, a, b), (0, 1, 2))
 
 
 # ---------------------------------------------------------------- short convolutions
@@ -155,7 +227,14 @@ python_kernels = contextvars.ContextVar("python_kernels", default=True)
 def _convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, output_padding,
                  groups):
     """A float32 CPU 1-d convolution with a short reduction -> ``ember::conv1d_small``
-    (same values up to the summation order); anything else stays ATen's."""
+    (same values up to the summation order); a 16-bit one on a CPU without native 16-bit
+    dot products -> a float32 convolution of the widened operands (ATen's bfloat16
+    convolution on AVX2 is an emulation: ViT's [2,3,32,32] patch embedding took 0.5-0.7 ms);
+    anything else stays ATen's."""
+    if ctx.dtype in _NATIVE_16BIT:
+        return _float32_matmul(ctx, aten.convolution.default,
+                               (x, weight, bias, stride, padding, dilation, transposed,
+                                output_padding, groups), (0, 1) if bias is None else (0, 1, 2))
     if ctx.graph.device != "cpu" or not python_kernels.get() or transposed or groups != 1 or \
             ctx.dtype != torch.float32 or len(weight.size) != 3 or \
             not ctx.val.is_contiguous() or \
