@@ -264,3 +264,24 @@ def test_float64_model_matches_eager(ecompile, packed):
     with torch.no_grad():
         _close(ecompile(m, options=FREEZE)(x), m(x), 1e-9)
     assert packed == [0]  # oneDNN packing is float32 only; the folds still apply
+
+
+def test_graph_holding_tensors_of_its_own_still_freezes(packed):
+    """AOTAutograd puts a Dynamo graph's own tensors (get_attr: anchors a module keeps as a
+    plain attribute, say) ahead of the graph's inputs; the parameters still freeze and pack."""
+    from ember.core.compiler.backend import ember_backend
+
+    torch.manual_seed(0)
+    w, x = nn.Parameter(torch.randn(4, 3, 3, 3)), torch.randn(1, 3, 8, 8)
+    g = torch.fx.Graph()
+    pw, px = g.placeholder("w"), g.placeholder("x")
+    conv = g.call_function(torch.conv2d, (px, pw))
+    g.output((g.call_function(torch.add, (conv, g.get_attr("anchors"))),))
+    root = nn.Module()
+    root.register_buffer("anchors", torch.randn(4, 1, 1))
+    gm = torch.fx.GraphModule(root, g)
+    with torch.no_grad():
+        fn = ember_backend(gm, [w, x], options=FREEZE)
+        got, = fn(w, x)
+    _close(got, torch.conv2d(x, w) + root.anchors)
+    assert packed == [1]

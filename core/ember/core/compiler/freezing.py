@@ -286,8 +286,13 @@ def freeze(gm: GraphModule, example_inputs, real_inputs, compile_fn: Callable, *
     """``compile_fn`` over the frozen graph, behind the per-call check of the frozen inputs;
     ``compile_fn(gm, example_inputs)`` of the graph as it is when nothing can be frozen (or
     the rewrites fail, logged; ``strict`` raises)."""
-    positions = parameter_positions(real_inputs)
     placeholders = gm.graph.find_nodes(op="placeholder")
+    lifted = len(placeholders) - len(real_inputs)
+    if lifted > 0:
+        # AOTAutograd passes the Dynamo graph's own tensors (its get_attr constants) ahead of
+        # the graph's inputs: those stay inputs, the real inputs follow them
+        real_inputs = [None] * lifted + list(real_inputs)
+    positions = parameter_positions(real_inputs)
     if len(placeholders) != len(real_inputs) or not positions or \
             not _matches(placeholders, real_inputs, positions):
         log.info("nothing frozen: %s", "no parameters among the inputs" if not positions else
