@@ -103,6 +103,8 @@ CASES = _cases()
 NOT_IN_TRITON: dict[str, str] = {
     "ops::test_index_put_is_a_scatter_kernel": "checks the C++ generator's scatter kernel; "
                                                "Triton leaves index_put to ATen",
+    "ops::test_16bit_matmuls_run_as_float32_gemms": "checks the C++ generator's code for the "
+                                                    "float32 GEMM calls",
 }
 # Big shapes that the interpreter takes long over (they run with `-m slow`).
 SLOW_IN_INTERPRETER = {"ops::test_large_parallel_reductions"}
