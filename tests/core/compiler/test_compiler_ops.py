@@ -554,3 +554,48 @@ def test_cat_is_a_fused_select(ecompile, matches, dtype):
     i = torch.randint(-5, 5, (4, 6))
     tol = 1e-2 if dtype == torch.bfloat16 else 0  # one bfloat16 rounding of a product
     matches(ecompile(_cats)(a, b, c, i), _cats(a, b, c, i), atol=tol, rtol=tol)
+
+
+# (input shape, kernel, stride, padding, dilation, ceil_mode): a ResNet stem, ceil_mode's
+# last window running over, rectangular dilated windows, a 3-D input, no padding
+_POOLS = [((2, 16, 16, 16), 3, 2, 1, 1, False), ((2, 4, 9, 9), 3, 2, 1, 1, True),
+          ((1, 3, 10, 7), (2, 3), (2, 1), (1, 0), (1, 2), False), ((3, 8, 8), 2, None, 0, 1, False),
+          ((2, 3, 11, 11), 3, 2, 0, 1, True)]
+
+
+def _pool_input(shape, dtype, channels_last):
+    x = torch.randn(shape).to(dtype)
+    if channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    flat = x.as_strided([x.numel()], [1])   # dense either way: mark a NaN and a -inf
+    flat[3], flat[10] = float("nan"), float("-inf")
+    return x
+
+
+@pytest.mark.parametrize("pool", _POOLS, ids=lambda p: "x".join(map(str, p[0])) + f"-k{p[1]}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_max_pool2d_without_indices_matches_eager(ecompile, matches, pool, dtype, channels_last):
+    """Inference max pooling (indices unread, a pointwise max over the window's taps) equals
+    eager's, NaN and -inf included, after a fused relu and in eager's memory layout."""
+    shape, k, s, p, d, ceil = pool
+    x = _pool_input(shape, dtype, channels_last)
+
+    def f(x):
+        return F.max_pool2d(torch.relu(x) * 2, k, s, p, d, ceil_mode=ceil)
+    with torch.no_grad():
+        got, want = ecompile(f)(x), f(x)
+    matches(got, want, atol=0, rtol=0)
+    assert got.stride() == want.stride()
+
+
+def test_max_pool2d_with_its_indices_read_matches_eager(ecompile, matches):
+    """Where the indices are read (returned, or saved for the backward), the pool and its
+    gradient still equal eager's."""
+    x = torch.randn(2, 3, 9, 9, requires_grad=True)
+
+    def f(x):
+        return F.max_pool2d(x.sin(), 3, 2, 1, return_indices=True)
+    matches(ecompile(f)(x), f(x))
+    gx = torch.autograd.grad(ecompile(lambda x: F.max_pool2d(x.sin(), 3, 2, 1).sum())(x), x)
+    matches(gx, torch.autograd.grad(F.max_pool2d(x.sin(), 3, 2, 1).sum(), x))

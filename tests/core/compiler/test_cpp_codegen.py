@@ -252,3 +252,19 @@ def test_dynamic_kernels_below_the_parallel_threshold_stay_vectorized(ecompile, 
         torch.testing.assert_close(f(x), fn(x))
     code = "\n".join(output_code).split("wrapper:")[0]
     assert "if(parallel: " in code and " if((" not in code
+
+
+def test_inference_max_pool_is_a_loop_kernel_and_training_keeps_aten(ecompile, output_code):
+    """Without its indices read, max pooling fuses into the kernel of the relu before it (no
+    ATen call, whose NCHW kernel also computes every argmax); a training graph saving the
+    indices for the backward keeps ATen's op."""
+    x = torch.randn(2, 8, 12, 12)
+
+    def f(x):
+        return torch.nn.functional.max_pool2d(torch.relu(x), 3, 2, 1)
+    with torch.no_grad():
+        ecompile(f)(x)
+    assert "max_pool2d_with_indices" not in "\n".join(output_code).split("wrapper:")[1]
+    output_code.clear()
+    ecompile(f)(x.requires_grad_())
+    assert "max_pool2d_with_indices" in "\n".join(output_code)

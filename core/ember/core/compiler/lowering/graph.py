@@ -27,7 +27,7 @@ from ember.core.compiler.ir import (
     Unsupported,
     contiguous_strides,
 )
-from ember.core.compiler.lowering import foreach, ops  # noqa: F401  (fill the op table)
+from ember.core.compiler.lowering import foreach, ops, pooling  # noqa: F401  (the op table)
 from ember.core.compiler.lowering.builders import (
     LOWERINGS,
     Ctx,
@@ -233,14 +233,20 @@ class GraphLowering:
     def _maybe_realize(self, node: FxNode, out):
         if isinstance(out, Lazy) and out.realized is None and out.layout is None:
             out.layout = dense_order(meta_val(node), len(out.size))
-        if isinstance(out, list):  # a foreach op: each value's readers go through getitem
+        if isinstance(out, list):  # foreach ops, pooling: each value's readers go through getitem
             uses = Counter()
             for u in node.users:
                 if u.target is operator.getitem and isinstance(u.args[1], int):
                     uses[u.args[1]] += len(u.users)
                 else:
                     uses.update(range(len(out)))
+            vals = meta_val(node)
             for i, v in enumerate(out):
+                if v is None:   # an output no node reads (see pooling)
+                    continue
+                if isinstance(v, Lazy) and v.realized is None and v.layout is None and \
+                        isinstance(vals, (list, tuple)):
+                    v.layout = dense_order(vals[i], len(v.size))
                 self._realize_shared(v, uses[i])
             return out
         return self._realize_shared(out, len(node.users))
