@@ -24,6 +24,7 @@ from ember.core.compiler.lowering.builders import (
     reduce,
     register,
     scalar_expr,
+    with_dtype,
 )
 
 aten = torch.ops.aten
@@ -253,6 +254,28 @@ def _convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, ou
     return ctx.graph.extern_call(conv1d_small.conv1d_small.op.default,
                                  (ctx.graph.realize(x), weight, bias, s, p, d), ctx.val)
 
+
+
+@register(aten.convolution_backward)
+def _convolution_backward(ctx, grad, x, weight, bias_sizes, stride, padding, dilation,
+                          transposed, output_padding, groups, output_mask):
+    """A 16-bit convolution backward on a CPU without native 16-bit dot products -> the
+    float32 backward of the widened operands (ATen's bfloat16 one is the same emulation as
+    its forward), each gradient stored back as 16-bit as eager's is. Static, contiguous
+    gradients only; anything else stays ATen's."""
+    vals = ctx.val
+    dtype = grad.dtype
+    if not _slow_16bit(with_dtype(ctx, dtype)) or x.dtype != dtype or weight.dtype != dtype or \
+            not all(v is None or (v.dtype == dtype and v.is_contiguous() and
+                                  all(type(s) is int for s in v.shape)) for v in vals):
+        raise Decline
+    args = (_as_float32(ctx, grad), _as_float32(ctx, x), _as_float32(ctx, weight), bias_sizes,
+            stride, padding, dilation, transposed, output_padding, groups, output_mask)
+    outs = ctx.graph.extern_call(aten.convolution_backward.default, args,
+                                 tuple(None if v is None else _Float32Val(v) for v in vals))
+    return [None if o is None else
+            ctx.graph.realize(Lazy(dtype, list(o.size), lambda i, o=o: cast(o.load(i), dtype)))
+            for o in outs]
 
 # ---------------------------------------------------------------- gather of one element
 

@@ -262,14 +262,19 @@ class GraphLowering:
                 self.realize(out)
         return out
 
-    def extern_call(self, target, args: tuple, val) -> StridedView:
-        """An ATen call chosen by a lowering (not the node's own op) returning one tensor
-        shaped like ``val``; ``args`` hold realized views."""
+    def extern_call(self, target, args: tuple, val):
+        """An ATen call chosen by a lowering (not the node's own op) returning a tensor shaped
+        like ``val``, or a tuple of them when ``val`` is a tuple (None: an output the call
+        does not compute); ``args`` hold realized views."""
         reads = [a.buf for a in args if isinstance(a, StridedView)]
-        out = self.new_buffer(val.dtype, [sym(s) for s in val.shape],
-                              [sym(s) for s in val.stride()])
-        self.add(Extern(target, args, {}, [out], "single", False, reads))
-        return StridedView.of(out)
+        vals = val if isinstance(val, tuple) else (val,)
+        outs = [None if v is None else self.new_buffer(v.dtype, [sym(s) for s in v.shape],
+                                                       [sym(s) for s in v.stride()])
+                for v in vals]
+        tree = "tuple" if isinstance(val, tuple) else "single"
+        self.add(Extern(target, args, {}, outs, tree, False, reads))
+        views = tuple(None if b is None else StridedView.of(b) for b in outs)
+        return views if tree == "tuple" else views[0]
 
     def _with_effects(self, node: FxNode):
         """``with_effects(token, op, *args)`` (AOTAutograd orders a side-effecting op, such
