@@ -1,7 +1,8 @@
 """Extern ops (run in ATen by design) and the rewrites that take one off ATen when the
 device and shapes make it pay: skinny matmuls as loop reductions, oneDNN's linear for large
 float32 inference linears on CPU, 1-d convolutions with a short reduction as a native kernel,
-and gather/scatter of one element per row as selects.
+16-bit matmuls and convolutions (forward and backward) as float32 calls on CPUs without native
+16-bit dot products, and gather/scatter of one element per row as selects.
 
 Each rewrite raises ``Decline`` outside its case, and the call stays an ATen extern.
 """
@@ -255,7 +256,6 @@ def _convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, ou
                                  (ctx.graph.realize(x), weight, bias, s, p, d), ctx.val)
 
 
-
 @register(aten.convolution_backward)
 def _convolution_backward(ctx, grad, x, weight, bias_sizes, stride, padding, dilation,
                           transposed, output_padding, groups, output_mask):
@@ -276,6 +276,7 @@ def _convolution_backward(ctx, grad, x, weight, bias_sizes, stride, padding, dil
     return [None if o is None else
             ctx.graph.realize(Lazy(dtype, list(o.size), lambda i, o=o: cast(o.load(i), dtype)))
             for o in outs]
+
 
 # ---------------------------------------------------------------- gather of one element
 
