@@ -339,7 +339,6 @@ def test_16bit_convolutions_match_eager(ecompile, matches, dtype):
     matches(got, fn(*args), atol=5e-2, rtol=2e-2)
 
 
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_16bit_convolution_gradients_match_eager(ecompile, matches, dtype):
     """Input, weight and bias gradients of 16-bit convolutions (plain, strided with padding,
@@ -363,6 +362,7 @@ def test_16bit_convolution_gradients_match_eager(ecompile, matches, dtype):
 
     for wants in ((True, True, True, True), (False, True, False, True)):
         matches(grads(ecompile(fn), wants), grads(fn, wants), atol=2e-2, rtol=5e-2)
+
 
 def test_autocast_linear_matches_eager(ecompile, matches):
     lin = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64))

@@ -19,9 +19,8 @@ and the output come from this), then all again after one common reset, each with
 warm-up calls and none reset after (the second compile mostly reads the compile caches). Only
 then are the models timed round-robin (median of rounds, one call per sample, the order
 rotating every round) with one thread and with torch's default thread count, in the same
-process. A compiled model's
-detections are matched to eager's per image (same label, box within :data:`BOX_TOL`
-pixels, in any order).
+process. A compiled model's detections are matched to eager's per image (same label, box
+within :data:`BOX_TOL` pixels, in any order).
 """
 
 from __future__ import annotations

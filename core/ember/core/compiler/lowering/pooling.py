@@ -17,6 +17,7 @@ import torch
 from ember.core.compiler import ir
 from ember.core.compiler.ir import Lazy, StridedView, cast, compute_dtype, const, op
 from ember.core.compiler.lowering.builders import Ctx, Decline, register, sym
+from ember.core.compiler.lowering.ops import _clamp_position
 
 aten = torch.ops.aten
 
@@ -51,13 +52,10 @@ def _tap(src: StridedView, lead: list, h, w, padded: bool, cdt: torch.dtype) -> 
         return op("logical_and", torch.bool, op("ge", torch.bool, v, zero),
                   op("lt", torch.bool, v, const(int(n), torch.int64)))
 
-    def clamp(v, n):
-        return op("minimum", torch.int64, op("maximum", torch.int64, v, zero),
-                  const(int(n) - 1, torch.int64))
-
     at = lead + [ir.gather_slot(0), ir.gather_slot(1)]
     value = cast(ir.gather(src.dtype, src.buf.name, src.flat_index(at),
-                           [clamp(hv, height), clamp(wv, width)]), cdt)
+                           [_clamp_position(hv, const(int(height) - 1, torch.int64)),
+                            _clamp_position(wv, const(int(width) - 1, torch.int64))]), cdt)
     valid = op("logical_and", torch.bool, inside(hv, height), inside(wv, width))
     return op("where", cdt, valid, value, const(float("-inf"), cdt))
 
