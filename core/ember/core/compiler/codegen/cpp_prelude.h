@@ -153,8 +153,11 @@ static inline float e_exp(float x) { return std::exp(x); }
 static inline float e_bf16_to_f(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16; float f; std::memcpy(&f, &u, 4); return f;
 }
+// round to nearest even; NaN -> quiet NaN. Branch-free: with a branch, g++ leaves any loop
+// that also calls the SIMD exp scalar ("control flow in loop")
 static inline uint16_t e_f_to_bf16(float f) {
   uint32_t u; std::memcpy(&u, &f, 4);
-  if (f != f) return 0x7fc0;
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t nan = 0u - static_cast<uint32_t>((u & 0x7fffffffu) > 0x7f800000u);
+  return static_cast<uint16_t>((r & ~nan) | (0x7fc0u & nan));
 }
