@@ -12,7 +12,7 @@ import functools
 
 import torch
 
-from ember.core.compiler import capture, freezing, patterns, routing
+from ember.core.compiler import capture, channels_last, freezing, patterns, routing
 from ember.core.compiler.decompose import decomposition_table, log_graph
 from ember.core.compiler.options import check_mode, check_options
 from ember.core.compiler.pipeline import compile_graph, stats
@@ -49,6 +49,8 @@ def _make_aot(options: dict, params: list):
         if options.get("freezing"):
             return freezing.freeze(gm, example_inputs, params, infer,
                                    strict=bool(options.get("strict")))
+        if options.get("channels_last", True):
+            channels_last.apply(gm, set(), jit=True)
         return infer(gm, example_inputs)
 
     return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,

@@ -2,14 +2,19 @@
 
 oneDNN's CPU convolutions run faster on NHWC data than on NCHW (no reorder of the activation
 on every call), and a convolution fed NHWC returns NHWC, so the layout flows on through the
-pointwise ops, norms and further convolutions between them. The rewrite puts a channels-last
-copy before each convolution whose input is not already channels-last, propagates the fake
-tensors again (every later node's strides follow, as eager's would), then drops the copies
-whose input turned out channels-last already. Values are unchanged: only memory order moves
-(the convolution's own summation order may differ in the last bits, as eager's does between
-the two layouts). Applied to ahead-of-time packages, whose convolution weights are stored
-NHWC too; disabled with ``options={"channels_last": False}``. Not applied to JIT graphs: there
-the weights are the caller's NCHW parameters, and ATen would copy each one per call.
+pointwise ops, norms and further convolutions between them. The rewrite puts a layout copy
+before each convolution, propagates the fake tensors again (every later node's strides
+follow, as eager's would), then drops the copies whose input turned out in that layout
+already. Values are unchanged: only memory order moves (the convolution's own summation order
+may differ in the last bits, as eager's does between the two layouts); graph outputs keep
+eager's layout.
+
+Ahead-of-time packages store their convolution weights NHWC, so every convolution goes NHWC.
+In JIT inference graphs the weights are the caller's NCHW parameters, which ATen copies to
+NHWC on every call: a convolution goes NHWC only when that copy is small beside its input
+(:func:`prefers_nhwc`), else it is fed NCHW. A weight computed in the graph (an AMP cast) is
+relaid out by the kernel that computes it, at no extra pass. ``options={"channels_last":
+False}`` turns the rewrite off.
 """
 
 from __future__ import annotations
@@ -24,6 +29,11 @@ log = get_logger("perf_hints")
 
 _CONV = torch.ops.aten.convolution.default
 _CLONE = torch.ops.aten.clone.default
+# A JIT convolution goes NHWC when ATen's per-call copy of its weight to NHWC moves at most
+# this many elements per element of its input, plus a fixed allowance: NCHW costs oneDNN two
+# activation reorders per call, tens of microseconds even on tiny inputs.
+WEIGHT_COPY_PER_INPUT = 2
+WEIGHT_COPY_ALLOWANCE = 16384
 
 
 def _is_nhwc(v) -> bool:
@@ -45,6 +55,22 @@ def _candidates(gm: GraphModule) -> list[Node]:
     return out
 
 
+def _weight_copy(w) -> int:
+    """Elements ATen copies per call to give the parameter ``w`` (a fake tensor) NHWC: none
+    when its memory is NHWC already (1x1 and depthwise kernels are both layouts at once)."""
+    return 0 if _is_nhwc(w) else w.numel()
+
+
+def prefers_nhwc(conv: Node) -> bool:
+    """JIT rule: whether ``conv`` runs faster fed NHWC, its weight a parameter copied to NHWC
+    on every call (a weight computed in the graph is relaid out for free, see the module)."""
+    w, x = conv.args[1], conv.args[0]
+    if not (isinstance(w, Node) and w.op == "placeholder"):
+        return True
+    cost = _weight_copy(w.meta["val"])
+    return cost <= WEIGHT_COPY_PER_INPUT * x.meta["val"].numel() + WEIGHT_COPY_ALLOWANCE
+
+
 def _fake_mode(gm: GraphModule):
     for n in gm.graph.nodes:
         v = n.meta.get("val")
@@ -53,11 +79,12 @@ def _fake_mode(gm: GraphModule):
     return None
 
 
-def apply(gm: GraphModule, own_layout: set[str]) -> list[str]:
+def apply(gm: GraphModule, own_layout: set[str], jit: bool = False) -> list[str]:
     """Rewrite ``gm`` in place. ``own_layout``: the placeholders the caller will hand over in
     whatever layout the rewrite picks (an ahead-of-time package's weights); those that are
     convolution weights become channels-last too, and their names are returned (the caller
-    must supply them so)."""
+    must supply them so). ``jit``: pick each convolution's layout by :func:`prefers_nhwc`
+    (else every convolution goes NHWC)."""
     convs = _candidates(gm)
     mode = _fake_mode(gm)
     if not convs or mode is None:
@@ -78,11 +105,17 @@ def apply(gm: GraphModule, own_layout: set[str]) -> list[str]:
     before = {id(o): _is_nhwc(o.meta.get("val")) for o in output.all_input_nodes}
     copies = []
     for conv in convs:
-        with gm.graph.inserting_before(conv):
-            copy = gm.graph.call_function(_CLONE, (conv.args[0],),
-                                          {"memory_format": torch.channels_last})
-        conv.replace_input_with(conv.args[0], copy)
-        copies.append(copy)
+        nhwc = not jit or prefers_nhwc(conv)
+        fmt = torch.channels_last if nhwc else torch.contiguous_format
+        feeds = [conv.args[0]]
+        w = conv.args[1]
+        if nhwc and isinstance(w, Node) and w.op != "placeholder":
+            feeds.append(w)  # a computed weight: its kernel writes it NHWC
+        for feed in feeds:
+            with gm.graph.inserting_before(conv):
+                copy = gm.graph.call_function(_CLONE, (feed,), {"memory_format": fmt})
+            conv.replace_input_with(feed, copy)
+            copies.append(copy)
     gm.recompile()
     try:
         FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*placeholders)
@@ -98,7 +131,8 @@ def apply(gm: GraphModule, own_layout: set[str]) -> list[str]:
         return []
     kept = 0
     for copy in copies:
-        if _is_nhwc(copy.args[0].meta.get("val")):
+        v = copy.args[0].meta.get("val")
+        if v.is_contiguous(memory_format=copy.kwargs["memory_format"]):
             copy.replace_all_uses_with(copy.args[0])
             gm.graph.erase_node(copy)
         else:
@@ -111,6 +145,7 @@ def apply(gm: GraphModule, own_layout: set[str]) -> list[str]:
             back.meta["val"] = o.meta["val"].clone(memory_format=torch.contiguous_format)
             output.replace_input_with(o, back)
     gm.recompile()
-    log.info("channels-last convolutions: %d convolutions, %d layout copies, %d weights",
-             len(convs), kept, len(nhwc_weights))
+    log.info("channels-last convolutions: %d of %d convolutions, %d layout copies, %d weights",
+             sum(_is_nhwc(c.args[0].meta.get("val")) for c in convs), len(convs), kept,
+             len(nhwc_weights))
     return [w.name for w in nhwc_weights]

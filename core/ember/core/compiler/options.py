@@ -26,9 +26,10 @@ OPTIONS = {
     "codegen": Option(("cpp", "triton", "portable"), "force a code generator (Triton on CPU "
                                                       "needs TRITON_INTERPRET=1)"),
     "patterns": Option((True, False), "torch-level rewrites such as unfused attention -> SDPA"),
-    "channels_last": Option((True, False), "2-D convolutions of ahead-of-time packages take "
-                                           "channels-last activations and weights "
-                                           "(default True)"),
+    "channels_last": Option((True, False), "2-D convolutions take channels-last "
+                                           "activations: all of an ahead-of-time package's "
+                                           "(weights too), those of a JIT inference graph "
+                                           "whose weight copy is small (default True)"),
     "freezing": Option((True, False), "inference graphs take parameters and buffers as "
                                       "constants: folded, convolution and linear weights "
                                       "prepacked (default False)"),

@@ -1,0 +1,101 @@
+"""The channels-last rewrite of JIT inference graphs: which convolutions go NHWC, and that
+values and output layouts stay eager's either way."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from ember.core.compiler import channels_last
+
+
+def _nhwc(v) -> bool:
+    return v.is_contiguous(memory_format=torch.channels_last) and not v.is_contiguous()
+
+
+def _conv_inputs(gm):
+    return [n.args[0].meta["val"] for n in gm.graph.nodes
+            if n.target is torch.ops.aten.convolution.default]
+
+
+def _body(x, w_small, w_dw, w_big):
+    y = F.conv2d(x, w_small, padding=1).relu()
+    y = F.conv2d(y, w_dw, padding=1, groups=16)
+    y = F.avg_pool2d(y, 8)  # 4x4: the big kernel's weight dwarfs its input
+    return F.conv2d(y, w_big, padding=1)
+
+
+def _args():
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(2, 8, 32, 32, generator=g), torch.randn(16, 8, 3, 3, generator=g),
+            torch.randn(16, 1, 3, 3, generator=g), torch.randn(512, 16, 3, 3, generator=g))
+
+
+def test_jit_rule_keeps_convolutions_with_costly_weight_copies_nchw():
+    args = _args()
+    gm = make_fx(_body, tracing_mode="fake")(*args)
+    channels_last.apply(gm, set(), jit=True)
+    assert [_nhwc(v) for v in _conv_inputs(gm)] == [True, True, False]
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    assert out.meta["val"].is_contiguous()  # the output keeps eager's layout
+    torch.testing.assert_close(gm(*args), _body(*args), atol=1e-4, rtol=1e-4)
+
+
+def test_package_rule_puts_every_convolution_nhwc():
+    gm = make_fx(_body, tracing_mode="fake")(*_args())
+    channels_last.apply(gm, set())
+    assert all(_nhwc(v) for v in _conv_inputs(gm))
+
+
+def test_computed_weight_is_written_nhwc_by_its_own_kernel():
+    """An AMP cast of a weight feeds the convolution NHWC through a copy of the cast's value
+    (fused with the cast when lowered), so ATen makes no copy of its own per call."""
+    def body(x, w):
+        return F.conv2d(x.to(torch.bfloat16), w.to(torch.bfloat16), padding=1)
+
+    gm = make_fx(body, tracing_mode="fake")(torch.randn(2, 8, 16, 16), torch.randn(32, 8, 3, 3))
+    channels_last.apply(gm, set(), jit=True)
+    conv = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.convolution.default)
+    assert _nhwc(conv.args[0].meta["val"]) and _nhwc(conv.args[1].meta["val"])
+    assert conv.args[1].target is torch.ops.aten.clone.default
+
+
+class _MixedNet(nn.Module):
+    """A stem, a depthwise-separable block, then a wide 3x3 convolution on a tiny map: the
+    rewrite feeds the first ones NHWC and the last one NCHW."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16),
+                                  nn.ReLU())
+        self.dw = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.BatchNorm2d(16),
+                                nn.ReLU(), nn.Conv2d(16, 32, 1), nn.BatchNorm2d(32), nn.ReLU())
+        self.wide = nn.Sequential(nn.Conv2d(32, 256, 3, padding=1), nn.BatchNorm2d(256),
+                                  nn.ReLU())
+        self.head = nn.Linear(256, 10)
+
+    def forward(self, x):
+        z = self.dw(self.stem(x))  # NHWC inside the graph, handed back in eager's layout
+        y = self.wide(F.max_pool2d(z, 4))
+        return self.head(y.mean((2, 3))), y, z
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+@pytest.mark.parametrize("on", [True, False], ids=["channels_last", "plain"])
+def test_compiled_mixed_layout_model_matches_eager(ecompile, precision, on):
+    m = _MixedNet().eval()
+    for bn in m.modules():
+        if isinstance(bn, nn.BatchNorm2d):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 3, 32, 32)
+    amp = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16")
+    f = ecompile(m, options={"channels_last": on})
+    with torch.no_grad(), amp:
+        got, want = f(x), m(x)
+    tol = 1e-4 if precision == "float32" else 3e-2
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.stride() == w.stride()
+        torch.testing.assert_close(g, w, atol=tol, rtol=tol)
