@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from ember.core.compiler import channels_last
+from ember.core.compiler import channels_last, pipeline
 
 
 def _nhwc(v) -> bool:
@@ -99,3 +99,18 @@ def test_compiled_mixed_layout_model_matches_eager(ecompile, precision, on):
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.stride() == w.stride()
         torch.testing.assert_close(g, w, atol=tol, rtol=tol)
+
+
+def test_dynamic_batch_keeps_one_graph(ecompile):
+    """With a dynamic batch size the rule decides by the example value: one graph serves
+    every batch, each equal to eager in values and strides."""
+    m = _MixedNet().eval()
+    f = ecompile(m, dynamic=True)
+    before = pipeline.stats["graphs_compiled"]
+    with torch.no_grad():
+        for n in (2, 5, 3):
+            x = torch.randn(n, 3, 32, 32)
+            for g, w in zip(f(x), m(x)):
+                assert g.stride() == w.stride()
+                torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+    assert pipeline.stats["graphs_compiled"] - before == 1

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 from torch.fx import GraphModule, Node
+from torch.fx.experimental.symbolic_shapes import optimization_hint
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from ember.core.logs import get_logger
@@ -67,8 +68,9 @@ def prefers_nhwc(conv: Node) -> bool:
     w, x = conv.args[1], conv.args[0]
     if not (isinstance(w, Node) and w.op == "placeholder"):
         return True
-    cost = _weight_copy(w.meta["val"])
-    return cost <= WEIGHT_COPY_PER_INPUT * x.meta["val"].numel() + WEIGHT_COPY_ALLOWANCE
+    cost = optimization_hint(_weight_copy(w.meta["val"]), fallback=0)
+    size = optimization_hint(x.meta["val"].numel(), fallback=0)  # no guard on a dynamic size
+    return cost <= WEIGHT_COPY_PER_INPUT * size + WEIGHT_COPY_ALLOWANCE
 
 
 def _fake_mode(gm: GraphModule):
