@@ -12,9 +12,9 @@ eager's layout.
 Ahead-of-time packages store their convolution weights NHWC, so every convolution goes NHWC.
 In JIT inference graphs the weights are the caller's NCHW parameters, which ATen copies to
 NHWC on every call: a convolution goes NHWC only when that copy is small beside its input
-(:func:`prefers_nhwc`), else it is fed NCHW. A weight computed in the graph (an AMP cast) is
-relaid out by the kernel that computes it, at no extra pass. ``options={"channels_last":
-False}`` turns the rewrite off.
+(:func:`prefers_nhwc`), else it is fed NCHW. A weight computed in the graph (an AMP cast)
+is judged the same way, and when it goes NHWC the kernel that computes it writes it so.
+``options={"channels_last": False}`` turns the rewrite off.
 """
 
 from __future__ import annotations
@@ -63,11 +63,9 @@ def _weight_copy(w) -> int:
 
 
 def prefers_nhwc(conv: Node) -> bool:
-    """JIT rule: whether ``conv`` runs faster fed NHWC, its weight a parameter copied to NHWC
-    on every call (a weight computed in the graph is relaid out for free, see the module)."""
+    """JIT rule: whether ``conv`` runs faster fed NHWC, its weight relaid out to NHWC on every
+    call (by ATen for a parameter, by its own kernel for a weight computed in the graph)."""
     w, x = conv.args[1], conv.args[0]
-    if not (isinstance(w, Node) and w.op == "placeholder"):
-        return True
     cost = optimization_hint(_weight_copy(w.meta["val"]), fallback=0)
     size = optimization_hint(x.meta["val"].numel(), fallback=0)  # no guard on a dynamic size
     return cost <= WEIGHT_COPY_PER_INPUT * size + WEIGHT_COPY_ALLOWANCE
