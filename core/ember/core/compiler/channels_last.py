@@ -57,8 +57,8 @@ def _candidates(gm: GraphModule) -> list[Node]:
 
 
 def _weight_copy(w) -> int:
-    """Elements ATen copies per call to give the parameter ``w`` (a fake tensor) NHWC: none
-    when its memory is NHWC already (1x1 and depthwise kernels are both layouts at once)."""
+    """Elements copied per call to give the weight ``w`` (a fake tensor) NHWC: none when its
+    memory is NHWC already (1x1 and depthwise kernels are both layouts at once)."""
     return 0 if _is_nhwc(w) else w.numel()
 
 
