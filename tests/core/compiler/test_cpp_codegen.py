@@ -268,3 +268,14 @@ def test_inference_max_pool_is_a_loop_kernel_and_training_keeps_aten(ecompile, o
     output_code.clear()
     ecompile(f)(x.requires_grad_())
     assert "max_pool2d_with_indices" in "\n".join(output_code)
+
+
+def test_multiply_add_rounds_twice_like_eager_in_every_lane(ecompile):
+    """a * b + c rounds the product and then the sum, as eager's two ops do, in the vector
+    body and the scalar tail alike (built with FP contraction, g++ fused them into one FMA
+    in the body only: an element's result hung on its position and on the ISA)."""
+    fn = lambda a, b, c: (a * b + c, a * b - c)
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(4099, generator=g, dtype=torch.float64) for _ in range(3))
+    for out, ref in zip(ecompile(fn)(a, b, c), fn(a, b, c)):
+        assert torch.equal(out, ref)

@@ -31,9 +31,12 @@ from ember.core.logs import get_logger
 
 log = get_logger("cache")
 codegen_log = get_logger("codegen")
-# -fno-trapping-math lets g++ compute both sides of a select in SIMD loops (no masked ops)
+# -fno-trapping-math lets g++ compute both sides of a select in SIMD loops (no masked ops);
+# -ffp-contract=off: g++ fused a * b + c into one FMA in a vector body but not in its scalar
+# tail, so an element's rounding hung on its position and on the ISA (eager and Inductor
+# round twice); the multiply-adds we want fused are written as e_vfma
 BASE_FLAGS = ["-O3", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math",
-              "-w", "-std=c++17"]
+              "-ffp-contract=off", "-w", "-std=c++17"]
 KEY_SYMBOL = "ember_cache_key"  # every library names the cache key it was built for
 
 
