@@ -71,3 +71,44 @@ def test_squeeze_of_a_zero_dim_tensor(ecompile, matches):
     fn = lambda x, y: (x.sum().squeeze(0) * 2, x.sum().squeeze(-1) + y, y.squeeze())
     x, y = torch.randn(3, 4), torch.tensor(2.0)
     matches(ecompile(fn)(x, y), fn(x, y))
+
+
+LINSPACE_CASES = [(4.3, -3, 50), (-82.7, 32.75, 29), (69, -51, 187), (97.4, -19.6, 173),
+                  (-61.0, 56.7, 199), (0.9, -0.9, 7), (5, 5, 3), (-3.5, 100, 2)]
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16])
+def test_linspace_to_integers_matches_eager_bit_for_bit(ecompile, dtype):
+    """Eager truncates both ends to integers, steps in float64 and counts the second half down
+    from the end (OpInfo's linspace int64 sample 32); the cases include values landing exactly
+    on an integer, where one rounding more or less flips the result."""
+    for start, end, steps in LINSPACE_CASES:
+        fn = lambda: torch.linspace(start, end, steps, dtype=dtype)
+        torch._dynamo.reset()
+        assert torch.equal(ecompile(fn)(), fn()), (start, end, steps)
+
+
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() == "DEFAULT",
+                    reason="eager has only its baseline kernels here")
+def test_linspace_follows_eager_kernels_rounding_on_both_isa_paths():
+    """ATen's AVX2/AVX-512 linspace rounds each ``end - step * k`` once (FMA) and its baseline
+    kernel twice; the decomposition asks eager which, so both capabilities match."""
+    import subprocess
+    import sys
+
+    code = ("import torch, ember.core\n"
+            "from ember.core.compiler.decompose import _eager_linspace_fuses as f\n"
+            f"cases = {LINSPACE_CASES!r}\n"
+            "for a, b, n in cases:\n"
+            "    fn = lambda: torch.linspace(a, b, n, dtype=torch.int64)\n"
+            "    torch._dynamo.reset()\n"
+            "    assert torch.equal(torch.compile(fn, backend='ember')(), fn()), (a, b, n)\n"
+            "print(torch.backends.cpu.get_cpu_capability(), f())\n")
+    seen = set()
+    for cap in ("default", "avx2"):
+        env = {**__import__("os").environ, "ATEN_CPU_CAPABILITY": cap}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        seen.add(out.stdout.split()[-1])
+    assert seen == {"True", "False"}  # both kernels were exercised

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections import Counter
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
+from torch.utils._python_dispatch import _disable_current_modes
 
 from ember.core.logs import get_logger
 
@@ -46,6 +48,55 @@ _KEEP = {
 }
 
 
+def _linspace(start, end, steps, *, dtype=None, layout=torch.strided, device=None,
+              pin_memory=False, requires_grad=False):
+    """linspace to an integer dtype on CPU as ATen computes it: both ends truncated first, a
+    float64 step, the first half counted up from start and the rest down from end, each value
+    one multiply-add, fused or not as eager's kernel is. torch's decomposition keeps the
+    fractional ends and steps in float32: off by one here and there."""
+    kw = {"layout": layout, "device": device, "pin_memory": pin_memory,
+          "requires_grad": requires_grad}
+    ends = (start, end)
+    if (dtype is None or dtype.is_floating_point or dtype.is_complex or dtype == torch.bool
+            or torch.device(device or "cpu").type != "cpu" or steps < 2
+            or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in ends)):
+        return _TORCH_LINSPACE(start, end, steps, dtype=dtype, **kw)
+    lo, hi = (math.trunc(v) for v in ends)
+    step = (hi - lo) / (steps - 1)
+    idx = torch.arange(steps, dtype=torch.float64, device=device)
+    madd = _fused_madd if _eager_linspace_fuses() else (lambda a, b, c: a * b + c)
+    out = torch.where(idx < steps // 2, madd(step, idx, lo), madd(-step, steps - 1 - idx, hi))
+    return out.to(dtype)
+
+
+def _fused_madd(a: float, b: torch.Tensor, c: float) -> torch.Tensor:
+    """a * b + c in float64 rounded once, as an FMA instruction gives it: Dekker's exact
+    product and Knuth's two-sum (our C++ is built without FP contraction, so these hold)."""
+    def split(x):  # x == hi + lo exactly, each with at most 26 significant bits
+        big = x * 134217729.0  # 2**27 + 1
+        hi_ = big - (big - x)
+        return hi_, x - hi_
+    ah, al = split(a)
+    bh, bl = split(b)
+    p = a * b
+    err = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    s = p + c
+    back = s - p
+    return s + (((p - (s - back)) + (c - back)) + err)
+
+
+@functools.lru_cache(maxsize=1)
+def _eager_linspace_fuses() -> bool:
+    """Does eager's CPU linspace kernel round ``end - step * k`` once (built with FMA
+    contraction, as ATen's AVX2 and AVX-512 kernels are) or twice (its baseline kernel)?
+    Asked of eager itself on a case where the two differ."""
+    with _disable_current_modes():
+        return int(torch.linspace(-82, 32, 29, dtype=torch.int64)[14]) == -24
+
+
+_TORCH_LINSPACE = core_aten_decompositions()[aten.linspace.default]
+
+
 @functools.lru_cache(maxsize=1)
 def decomposition_table() -> dict:
     """The table passed to AOTAutograd (ATen overload -> Python decomposition)."""
@@ -53,6 +104,7 @@ def decomposition_table() -> dict:
     table.update(get_decompositions(_EXTRA))
     for op in _KEEP:
         table.pop(op, None)
+    table[aten.linspace.default] = _linspace
     # torch's SDPA decompositions gave wrong q/k/v gradients for nn.TransformerEncoderLayer
     # trained with mse_loss (torch 2.13); attention stays extern until our pattern rewrite.
     for op in list(table):
