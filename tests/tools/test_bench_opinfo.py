@@ -47,3 +47,31 @@ def test_cli_passes_the_opinfo_options(monkeypatch):
     assert cli.main(["bench", "opinfo", "--no-progress", "--variants", "int64",
                      "--ops", "abs", "--max-samples", "3", "--backends", "ember"]) == 0
     assert seen == {"variants": "int64", "ops": "abs", "max_samples": 3, "backends": "ember"}
+
+
+def test_bfloat16_result_is_judged_against_float64_when_it_differs_from_eager():
+    """A bfloat16 result that rounds fewer intermediates than eager may differ from it; it
+    passes only when it is no further from the float64 result than eager's is."""
+    import torch
+
+    exact = [torch.tensor([220.390625, 2.140625], dtype=torch.float64)]
+    eager = [torch.tensor([219.0, 2.0], dtype=torch.bfloat16)]          # 1.39 from exact
+    closer = [torch.tensor([221.0, 2.140625], dtype=torch.bfloat16)]   # 0.61
+    further = [torch.tensor([222.0, 2.140625], dtype=torch.bfloat16)]  # 1.61
+    opinfo_runner._no_less_accurate(closer, eager, exact)
+    with pytest.raises(AssertionError, match="from float64"):
+        opinfo_runner._no_less_accurate(further, eager, exact)
+    nan = [torch.tensor([float("nan"), 2.0], dtype=torch.bfloat16)]
+    with pytest.raises(AssertionError, match="NaN"):
+        opinfo_runner._no_less_accurate(nan, eager, exact)
+    with pytest.raises(AssertionError):  # integer outputs still equal eager's
+        opinfo_runner._no_less_accurate([torch.tensor([1])], [torch.tensor([2])],
+                                        [torch.tensor([2])])
+
+
+def test_diff_of_bfloat16_with_six_differences_passes_on_accuracy():
+    """OpInfo's diff sample 59 (n=6): our fused differences round less often than eager's,
+    differ from it by 1.0 and are nearer the float64 result (0.65 vs eager's 1.67)."""
+    (op,) = opinfo_runner.find_ops(["diff"])
+    r = opinfo_runner.check_op(op, "bfloat16")
+    assert r.status == "pass", r.detail
