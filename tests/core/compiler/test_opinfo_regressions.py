@@ -86,6 +86,12 @@ def test_linspace_to_integers_matches_eager_bit_for_bit(ecompile, dtype):
         fn = lambda: torch.linspace(start, end, steps, dtype=dtype)
         torch._dynamo.reset()
         assert torch.equal(ecompile(fn)(), fn()), (start, end, steps)
+        # the tensor overloads (OpInfo's linspace.tensor_overload sample 96): the ends are
+        # graph inputs, read as numbers
+        fn = lambda a, b: torch.linspace(a, b, steps, dtype=dtype)
+        a, b = torch.tensor(start), torch.tensor(end)
+        torch._dynamo.reset()
+        assert torch.equal(ecompile(fn)(a, b), fn(a, b)), (start, end, steps)
 
 
 @pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() == "DEFAULT",

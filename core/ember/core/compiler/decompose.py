@@ -59,9 +59,11 @@ def _linspace(start, end, steps, *, dtype=None, layout=torch.strided, device=Non
     ends = (start, end)
     if (dtype is None or dtype.is_floating_point or dtype.is_complex or dtype == torch.bool
             or torch.device(device or "cpu").type != "cpu" or steps < 2
-            or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in ends)):
+            or not all(_real_end(v) for v in ends)):
         return _TORCH_LINSPACE(start, end, steps, dtype=dtype, **kw)
-    lo, hi = (math.trunc(v) for v in ends)
+    # eager reads a tensor end as a number (``item``), then converts it to the dtype
+    lo, hi = (v.to(torch.float64).trunc() if isinstance(v, torch.Tensor) else math.trunc(v)
+              for v in ends)
     step = (hi - lo) / (steps - 1)
     idx = torch.arange(steps, dtype=torch.float64, device=device)
     madd = _fused_madd if _eager_linspace_fuses() else (lambda a, b, c: a * b + c)
@@ -69,7 +71,13 @@ def _linspace(start, end, steps, *, dtype=None, layout=torch.strided, device=Non
     return out.to(dtype)
 
 
-def _fused_madd(a: float, b: torch.Tensor, c: float) -> torch.Tensor:
+def _real_end(v) -> bool:
+    if isinstance(v, torch.Tensor):
+        return v.dim() == 0 and not v.is_complex()
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _fused_madd(a, b: torch.Tensor, c) -> torch.Tensor:
     """a * b + c in float64 rounded once, as an FMA instruction gives it: Dekker's exact
     product and Knuth's two-sum (our C++ is built without FP contraction, so these hold)."""
     def split(x):  # x == hi + lo exactly, each with at most 26 significant bits
@@ -94,7 +102,7 @@ def _eager_linspace_fuses() -> bool:
         return int(torch.linspace(-82, 32, 29, dtype=torch.int64)[14]) == -24
 
 
-_TORCH_LINSPACE = core_aten_decompositions()[aten.linspace.default]
+_TORCH_LINSPACE = core_aten_decompositions()[aten.linspace.default]  # all overloads: one function
 
 
 @functools.lru_cache(maxsize=1)
@@ -104,7 +112,8 @@ def decomposition_table() -> dict:
     table.update(get_decompositions(_EXTRA))
     for op in _KEEP:
         table.pop(op, None)
-    table[aten.linspace.default] = _linspace
+    for overload in ("default", "Tensor_Tensor", "Tensor_Scalar", "Scalar_Tensor"):
+        table[getattr(aten.linspace, overload)] = _linspace
     # torch's SDPA decompositions gave wrong q/k/v gradients for nn.TransformerEncoderLayer
     # trained with mse_loss (torch 2.13); attention stays extern until our pattern rewrite.
     for op in list(table):
