@@ -78,20 +78,19 @@ LINSPACE_CASES = [(4.3, -3, 50), (-82.7, 32.75, 29), (69, -51, 187), (97.4, -19.
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16])
-def test_linspace_to_integers_matches_eager_bit_for_bit(ecompile, dtype):
+@pytest.mark.parametrize("case", LINSPACE_CASES, ids=str)
+def test_linspace_to_integers_matches_eager_bit_for_bit(ecompile, dtype, case):
     """Eager truncates both ends to integers, steps in float64 and counts the second half down
     from the end (OpInfo's linspace int64 sample 32); the cases include values landing exactly
     on an integer, where one rounding more or less flips the result."""
-    for start, end, steps in LINSPACE_CASES:
-        fn = lambda: torch.linspace(start, end, steps, dtype=dtype)
-        torch._dynamo.reset()
-        assert torch.equal(ecompile(fn)(), fn()), (start, end, steps)
-        # the tensor overloads (OpInfo's linspace.tensor_overload sample 96): the ends are
-        # graph inputs, read as numbers
-        fn = lambda a, b: torch.linspace(a, b, steps, dtype=dtype)
-        a, b = torch.tensor(start), torch.tensor(end)
-        torch._dynamo.reset()
-        assert torch.equal(ecompile(fn)(a, b), fn(a, b)), (start, end, steps)
+    start, end, steps = case
+    fn = lambda: torch.linspace(start, end, steps, dtype=dtype)
+    assert torch.equal(ecompile(fn)(), fn())
+    # the tensor overloads (OpInfo's linspace.tensor_overload sample 96): the ends are graph
+    # inputs, read as numbers
+    fn = lambda a, b: torch.linspace(a, b, steps, dtype=dtype)
+    a, b = torch.tensor(start), torch.tensor(end)
+    assert torch.equal(ecompile(fn)(a, b), fn(a, b))
 
 
 @pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() == "DEFAULT",
