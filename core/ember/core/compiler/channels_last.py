@@ -21,10 +21,14 @@ from __future__ import annotations
 
 import torch
 from torch.fx import GraphModule, Node
-from torch.fx.experimental.symbolic_shapes import optimization_hint
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from ember.core.logs import get_logger
+
+try:
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+except ImportError:  # torch < 2.13 names it hint_int
+    from torch.fx.experimental.symbolic_shapes import hint_int as optimization_hint
 
 log = get_logger("perf_hints")
 
