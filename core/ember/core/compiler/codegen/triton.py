@@ -186,6 +186,14 @@ class _Body:
         self.depth = 1
         # persistent kernels: values stored earlier in this row tile, reused without a reload
         self.forward: list = []  # (buffer name, index, value name)
+        # A load of a buffer this program stored earlier needs a barrier between the two: on a
+        # GPU another thread of the program may have written the element (Triton orders memory
+        # operations per thread only). A load of an earlier stage's store gets one barrier at
+        # the start of its stage, a load of the current stage's store one just before it.
+        self.pending: set[str] = set()  # stored before this stage, not fenced since
+        self.stored_now: set[str] = set()  # stored in this stage, not fenced since
+        self.stage_start = 0
+        self.fence_stage = False
 
     def line(self, s: str) -> None:
         self.lines.append("    " * self.depth + s)
@@ -210,6 +218,7 @@ class _Body:
                 if name == e.buf and ir.same(index, e.index):
                     self.memo[e] = value
                     return value
+            self._fence(e.buf)
             s = f"tl.load({e.buf} + ({_index(e.index)}) + {self.zero}, {self.mask}, other=0)"
             if store in (torch.float16, torch.bfloat16):
                 s += ".to(tl.float32)"
@@ -217,6 +226,7 @@ class _Body:
             slots = {ir.gather_slot(k): sympy.Symbol(self.expr(ir.cast(p, torch.int64)),
                                                      integer=True)
                      for k, p in enumerate(e.positions)}
+            self._fence(e.buf)
             s = f"tl.load({e.buf} + ({_index(e.index.xreplace(slots))}), {self.mask}, other=0)"
             if self.buffers[e.buf].dtype in (torch.float16, torch.bfloat16):
                 s += ".to(tl.float32)"
@@ -240,6 +250,26 @@ class _Body:
         self.memo[e] = name
         return name
 
+    def _fence(self, buf: str) -> None:
+        if buf in self.stored_now:
+            self.line("tl.debug_barrier()")
+            self.pending, self.stored_now = set(), set()
+        elif buf in self.pending:
+            self.fence_stage = True
+
+    def begin_stage(self) -> None:
+        """Mark where the next stage starts: its barrier, if it needs one, goes here."""
+        self.pending |= self.stored_now
+        self.stored_now = set()
+        self.stage_start = len(self.lines)
+        self.fence_stage = False
+
+    def end_stage(self) -> None:
+        if self.fence_stage:
+            self.lines.insert(self.stage_start, "    tl.debug_barrier()")
+            self.pending = set()
+            self.fence_stage = False
+
     def _float_index(self, e) -> str:
         """An index-valued expression (sizes, loop variables) as a float64 tensor."""
         if e.is_integer:
@@ -261,6 +291,7 @@ class _Body:
         raise ir.Unsupported(f"Triton codegen cannot compute the index value {e}")
 
     def store(self, buf, index, value: str) -> None:
+        self.stored_now.add(buf.name)
         self.line(f"tl.store({buf.name} + ({_index(index)}) + {self.zero}, "
                   f"{value}.to({TL[buf.dtype]}), {self.mask})")
 
@@ -364,6 +395,8 @@ def _emit_2d(k: Kernel, body: _Body, persistent: bool, index64: bool) -> None:
     loop_no = {i: n for n, i in enumerate(_loop_stages(k))}
     held = _held_in_registers(k) if persistent else set()
     for si, st in enumerate(k.stages):
+        body.end_stage()
+        body.begin_stage()
         body.line(f"# stage {si}: {st.kind} over {st.rsizes}")
         if st.kind == "scalar":
             body.memo = dict(base)
@@ -401,7 +434,7 @@ def _emit_2d(k: Kernel, body: _Body, persistent: bool, index64: bool) -> None:
             v = body.expr(it.expr)
             if it.kind == "store":
                 buf = it.node.buf
-                if persistent and buf.name not in k.must_store:
+                if persistent:
                     if buf.dtype in (torch.float16, torch.bfloat16):  # what a reload reads
                         v = body._tmp(f"{v}.to({TL[buf.dtype]}).to(tl.float32)")
                     body.forward.append((buf.name, it.index, v))
@@ -428,6 +461,7 @@ def _emit_2d(k: Kernel, body: _Body, persistent: bool, index64: bool) -> None:
                                                   ir.contiguous_strides(k.outer))),
                            sympy.Integer(0))
                 body.store(it.node.buf, flat, it.var)
+    body.end_stage()
 
 
 def _held_in_registers(k: Kernel) -> set[str]:
