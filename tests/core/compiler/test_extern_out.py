@@ -94,3 +94,11 @@ def test_plans_without_extern_out_call_every_op_boxed():
         calls = [s for s in steps if isinstance(s, wrapper.CallExtern)]
         assert [c.out for c in calls] == [extern_out]
         assert any(isinstance(s, wrapper.Alloc) for s in steps) == extern_out
+
+
+def test_an_undefined_extern_output_passes_through_the_stride_fix():
+    """CUDA flash attention returns no debug mask where its fake kernel made an empty one."""
+    assert wrapper._fix_strides(None, (0,), (1,)) is None
+    t = torch.randn(3, 4).t()
+    fixed = wrapper._fix_strides(t, (4, 3), (3, 1))
+    assert fixed.stride() == (3, 1) and torch.equal(fixed, t)

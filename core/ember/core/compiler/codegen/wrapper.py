@@ -302,8 +302,11 @@ def _inplace_candidates(k: Kernel, dying: set, buffers: dict) -> dict:
 
 
 def _fix_strides(t: torch.Tensor, size: tuple, stride: tuple) -> torch.Tensor:
-    """Return ``t`` laid out with ``stride`` (a copy only when a real dim disagrees)."""
-    if t.stride() == stride:
+    """Return ``t`` laid out with ``stride`` (a copy only when a real dim disagrees).
+
+    ``None`` stays ``None``: an extern may return an undefined tensor where its fake kernel
+    made an empty one (CUDA flash attention's debug mask)."""
+    if t is None or t.stride() == stride:
         return t
     if all(s == 1 or a == b for s, a, b in zip(size, t.stride(), stride)):
         return t
