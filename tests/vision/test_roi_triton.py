@@ -64,3 +64,23 @@ def test_triton_path_checks_the_image_index_and_falls_back_for_float64():
     xd, rd = x.double(), torch.tensor([[0.0, 0.5, 0.5, 3, 4]], dtype=torch.float64)
     torch.testing.assert_close(fwd.kernels["cuda"](xd, rd, 1.0, 2, 2, -1, False),
                                fwd.kernels["cpu"](xd, rd, 1.0, 2, 2, -1, False))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(INTERPRETED or not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("aligned", [False, True])
+@pytest.mark.parametrize("sampling", [-1, 2])
+def test_triton_roi_align_on_cuda_matches_the_native_kernel(aligned, sampling):
+    """The compiled kernels on a GPU, many boxes and channels, against the native CPU kernel."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 70, 20, 24, generator=g)
+    r = rois(300, 2, 20 / 0.5, 24 / 0.5, seed=3)
+    args = (0.5, 7, 7)
+    out = torch.ops.ember_vision.roi_align(x.cuda(), r.cuda(), *args, sampling, aligned)
+    ref = torch.ops.ember_vision.roi_align(x, r, *args, sampling, aligned)
+    torch.testing.assert_close(out.cpu(), ref, atol=1e-5, rtol=0)
+    go = torch.randn(out.shape, generator=g)
+    bwd = torch.ops.ember_vision.roi_align_backward
+    grad = bwd(go.cuda(), r.cuda(), *args, *x.shape, sampling, aligned)
+    torch.testing.assert_close(grad.cpu(), bwd(go, r, *args, *x.shape, sampling, aligned),
+                               atol=1e-4, rtol=0)
