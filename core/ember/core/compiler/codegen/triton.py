@@ -311,9 +311,36 @@ def _decode(body: _Body, names: list, sizes: list, flat: str) -> None:
 
 
 def kernel_form(k: Kernel) -> str:
-    """``1d`` for one pointwise loop, ``2d`` for reductions and multi-stage kernels."""
+    """``1d`` for one pointwise loop, ``h`` for a horizontal kernel (below), ``2d`` for other
+    reductions and multi-stage kernels."""
     reduces = any(it.kind == "reduce" for st in k.stages for it in st.items)
-    return "2d" if reduces or len(k.stages) > 1 else "1d"
+    if not reduces and len(k.stages) == 1:
+        return "1d"
+    return "h" if _horizontal(k) else "2d"
+
+
+def _horizontal(k: Kernel) -> bool:
+    """A kernel without outer loops whose loop stages share nothing (per-parameter optimizer
+    updates, AMP weight casts, an index check beside them). The ``2d`` form would run it as
+    one program; the ``h`` form gives each RBLOCK chunk of a pointwise stage a program of its
+    own (a reduction stage stays one looping program)."""
+    if k.outer or len(k.stages) < 2 or any(st.kind != "loop" for st in k.stages):
+        return False
+    made = {n.buf.name for n in k.nodes}
+    for st in k.stages:
+        own = {it.var for it in st.items if it.kind == "reduce"}
+        for it in st.items:
+            if ir.reads_of(it.expr) & made:
+                return False
+            if any(isinstance(x, ir.Var) and x.name not in own for x in ir.walk(it.expr)):
+                return False
+    return True
+
+
+def chunked_stages(k: Kernel) -> list[bool]:
+    """For an ``h`` kernel: per loop stage, whether it is split into RBLOCK chunks (pointwise)
+    or run by one program (a reduction)."""
+    return [not any(it.kind == "reduce" for it in k.stages[i].items) for i in _loop_stages(k)]
 
 
 def _loop_stages(k: Kernel) -> list[int]:
@@ -381,9 +408,17 @@ def _transposing(k: Kernel) -> bool:
     return False
 
 
-def _emit_2d(k: Kernel, body: _Body, persistent: bool, index64: bool) -> None:
+def _emit_2d(k: Kernel, body: _Body, persistent: bool, index64: bool,
+             horizontal: bool = False) -> None:
+    """``horizontal``: the ``h`` form (XBLOCK = 1, the one row; the program id picks a stage
+    and, for a pointwise stage, its chunk)."""
     pid = "tl.program_id(0).to(tl.int64)" if index64 else "tl.program_id(0)"
-    body.line(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
+    if horizontal:
+        body.line(f"pid = {pid}")
+        body.line("hstart = 0")
+        body.line("xindex = tl.arange(0, XBLOCK)[:, None]")
+    else:
+        body.line(f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
     body.line("xmask = xindex < xnumel")
     body.line("xz = tl.zeros([XBLOCK, 1], tl.int32)")
     body.line("rz = tl.zeros([XBLOCK, RBLOCK], tl.int32)")
@@ -416,7 +451,14 @@ def _emit_2d(k: Kernel, body: _Body, persistent: bool, index64: bool) -> None:
             body.forward = []
         prev_rsizes = st.rsizes
         body.mask, body.zero = "rmask2", "rz"
-        if not persistent:
+        chunk = horizontal and not reds
+        if horizontal:
+            body.line(f"hend = hstart + {f'tl.cdiv(rnumel{n}, RBLOCK)' if chunk else '1'}")
+            body.line("if (pid >= hstart) & (pid < hend):")
+            body.depth += 1
+        if chunk:
+            body.line("rindex = (pid - hstart) * RBLOCK + rbase")
+        elif not persistent:
             for it in reds:
                 dt = ir.compute_dtype(it.node.acc_dtype)
                 body.line(f"{it.var} = tl.full([XBLOCK, RBLOCK], "
@@ -448,7 +490,7 @@ def _emit_2d(k: Kernel, body: _Body, persistent: bool, index64: bool) -> None:
                 body.line(f"{it.var} = {_final(it.node.rtype, dt, masked)}")
             else:
                 body.line(f"{it.var} = {_combine(it.node.rtype, dt, it.var, masked)}")
-        if not persistent:
+        if not persistent and not chunk:
             body.depth -= 1
             body.memo = dict(base)
             for it in reds:
@@ -461,6 +503,9 @@ def _emit_2d(k: Kernel, body: _Body, persistent: bool, index64: bool) -> None:
                                                   ir.contiguous_strides(k.outer))),
                            sympy.Integer(0))
                 body.store(it.node.buf, flat, it.var)
+        if horizontal:
+            body.depth -= 1
+            body.line("hstart = hend")
     body.end_stage()
 
 
@@ -490,7 +535,7 @@ class LaunchSpec:
     """What a launcher needs to know about a kernel's variants and how to size its grid."""
 
     name: str
-    form: str  # "1d" | "2d" (see ``kernel_form``)
+    form: str  # "1d" | "2d" | "h" (see ``kernel_form``)
     n_tensors: int  # tensor arguments, before the size arguments
     syms: list[str]  # the size arguments' names
     xnumel: object  # the outer iteration space (sympy, over ``syms``)
@@ -498,6 +543,7 @@ class LaunchSpec:
     tiles: list  # [rows, columns] of a transposing 1-D kernel's 2-D tiling, else []
     column: bool  # a reduction whose loads walk the outer index
     args: list[KernelArg]
+    chunked: list = ()  # "h" kernels: per loop stage, split into RBLOCK chunks (else 1 program)
 
 
 def kernel_source(k: Kernel, buffers: dict) -> tuple[str, LaunchSpec]:
@@ -507,10 +553,10 @@ def kernel_source(k: Kernel, buffers: dict) -> tuple[str, LaunchSpec]:
     form = kernel_form(k)
     loops = _loop_stages(k)
     params = inputs + stored + [s.name for s in syms] + ["xnumel"]
-    if form == "2d":
+    if form in ("2d", "h"):
         params += [f"rnumel{n}" for n in range(len(loops))]
         params += ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
-        variants = [("p", True), ("l", False)]
+        variants = [("p", True), ("l", False)] if form == "2d" else [("h", False)]
     else:
         params += ["XBLOCK: tl.constexpr"]
         variants = [("p", True)]
@@ -520,9 +566,9 @@ def kernel_source(k: Kernel, buffers: dict) -> tuple[str, LaunchSpec]:
     out = []
     for tag, persistent in variants:
         for index64 in (False, True):
-            body = _Body(buffers, "[1, 1]" if form == "2d" or tag == "t" else "[1]")
-            if form == "2d":
-                _emit_2d(k, body, persistent, index64)
+            body = _Body(buffers, "[1, 1]" if form != "1d" or tag == "t" else "[1]")
+            if form != "1d":
+                _emit_2d(k, body, persistent, index64, horizontal=form == "h")
             elif tag == "t":
                 _emit_tiled(k, body, index64)
             else:
@@ -542,7 +588,8 @@ def kernel_source(k: Kernel, buffers: dict) -> tuple[str, LaunchSpec]:
         xnumel = ir.numel(k.outer)
         rnumels = [ir.numel(k.stages[i].rsizes) for i in loops]
     spec = LaunchSpec(k.name, form, len(inputs) + len(stored), [s.name for s in syms], xnumel,
-                      rnumels, tiles, _column_major(k), sig.args(ArgKind.TENSOR))
+                      rnumels, tiles, _column_major(k), sig.args(ArgKind.TENSOR),
+                      chunked_stages(k) if form == "h" else [])
     return "\n\n".join(out), spec
 
 

@@ -37,6 +37,10 @@ def heuristic_config(form: str, xnumel: int, rmax: int, column: bool,
                      tiles: tuple = ()) -> dict:
     """Block sizes and warps for one launch, before (or without) autotuning."""
     interp = interpreted()
+    if form == "h":  # a program per chunk of a pointwise stage
+        rb = min(1 << 15 if interp else 1024, max(16, _pow2(rmax)))
+        return {"XBLOCK": 1, "RBLOCK": rb, "num_warps": 4 if rb >= 512 else 2, "num_stages": 1,
+                "horizontal": True}
     if tiles and min(tiles) >= 8:
         cap = 128 if interp else 64
         yb, xb = min(cap, _pow2(tiles[0])), min(cap, _pow2(tiles[1]))
@@ -77,6 +81,10 @@ def autotune_candidates(form: str, xnumel: int, rmax: int, column: bool,
             for w in (2, 4, 8):
                 out.append({**base, "YBLOCK": yb, "XBLOCK": xb, "num_warps": w})
         out.append(heuristic_config(form, xnumel, rmax, column))  # untiled
+    elif form == "h":
+        for rb in (256, 512, 1024, 2048, 4096):
+            for w in (2, 4, 8):
+                out.append({**base, "RBLOCK": rb, "num_warps": w})
     elif form == "1d":
         for xb in (256, 512, 1024, 2048):
             for w in (2, 4, 8):
@@ -121,7 +129,7 @@ class Launcher:
 
     def _fn(self, cfg: dict, index64: bool):
         tag = "p" if self.spec.form == "1d" or cfg.get("persistent") else "l"
-        tag = "t" if cfg.get("tiled") else tag
+        tag = "t" if cfg.get("tiled") else "h" if self.spec.form == "h" else tag
         return getattr(self.module, f"{self.name}_{tag}{64 if index64 else 32}")
 
     def _launch(self, cfg: dict, index64: bool, args, xnumel, rnumels, tiles=()) -> None:
@@ -132,9 +140,12 @@ class Launcher:
                      num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
             return
         grid = (-(-xnumel // cfg["XBLOCK"]),)
+        if self.spec.form == "h":
+            grid = (sum(-(-r // cfg["RBLOCK"]) if c else 1
+                        for r, c in zip(rnumels, self.spec.chunked)),)
         kw = {"XBLOCK": cfg["XBLOCK"], "num_warps": cfg["num_warps"],
               "num_stages": cfg["num_stages"]}
-        if self.spec.form == "2d":
+        if self.spec.form != "1d":
             kw["RBLOCK"] = cfg["RBLOCK"]
         fn[grid](*args, xnumel, *rnumels, **kw)
 
