@@ -173,6 +173,7 @@ BAD_INDEX_CASES = {
     "ops::test_cross_entropy_through_the_fused_gather_keeps_ignore_index",
     "ops::test_gather_index_out_of_range_raises_index_error",
     "ops::test_every_index_check_of_a_graph_is_kept",
+    "ops::test_index_put_out_of_range_raises_index_error",
 }
 
 
