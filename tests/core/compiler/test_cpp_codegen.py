@@ -142,12 +142,16 @@ def test_float_exp_keeps_glibc_accuracy_overflow_and_denormals(ecompile):
 
 
 def test_skinny_matmul_is_a_loop_kernel_and_big_ones_stay_in_blas(ecompile, output_code):
-    fn = lambda a, w, v: (torch.nn.functional.linear(a, w), a @ v)
-    a, w, v = torch.randn(64, 48), torch.randn(10, 48), torch.randn(48, 40)
-    torch.testing.assert_close(ecompile(fn)(a, w, v), fn(a, w, v), atol=1e-4, rtol=1e-4)
+    """10 output features: a loop kernel; 40, and 16 (MKL's one-vector fast path): BLAS."""
+    F = torch.nn.functional
+    fn = lambda a, w, v, w16: (F.linear(a, w), a @ v, F.linear(a, w16))
+    a, w, v, w16 = torch.randn(64, 48), torch.randn(10, 48), torch.randn(48, 40), \
+        torch.randn(16, 48)
+    torch.testing.assert_close(ecompile(fn)(a, w, v, w16), fn(a, w, v, w16), atol=1e-4,
+                               rtol=1e-4)
     wrapper = "\n".join(output_code).split("wrapper:")[1]
     externs = [ln for ln in wrapper.splitlines() if "  # aten." in ln]
-    assert len(externs) == 1  # a @ v (no dimension <= 16) is the one BLAS call
+    assert len(externs) == 2 and all("mm" in ln for ln in externs)
 
 
 def test_cross_entropy_reads_the_logits_once_and_writes_no_log_softmax(ecompile, output_code):

@@ -65,8 +65,11 @@ def is_extern(packet) -> bool:
 # ---------------------------------------------------------------- skinny matmuls
 
 # mm/addmm with M, N or K at most this (static sizes) run as a loop reduction: BLAS is far
-# from its peak on such shapes ([512,512] @ [512,10] on 2 cores: MKL 190 us, the loop 40 us)
-SKINNY_MM = 16
+# from its peak on such shapes ([512,512] @ [512,10] on 2 cores: MKL 190 us, the loop 40 us).
+# Not at 16: MKL has a fast path for a dimension of one AVX-512 vector (a linear to 16
+# features, [512,k] @ [k,16], k 64..512: MKL 1.4-2.7x faster than the loop, 1 and 2 threads;
+# at 8 and 12 features the loop still wins 1.1-1.4x on most shapes)
+SKINNY_MM = 12
 # with only K short, the loop computes one K-long dot product per output: BLAS wins once the
 # output is large ([512,16] @ [16,64] on 1 thread: the loop 93 us, MKL's addmm 25-30 us)
 SHORT_K_MAX_OUTPUTS = 4096
