@@ -313,10 +313,13 @@ def _decode(body: _Body, names: list, sizes: list, flat: str) -> None:
 def kernel_form(k: Kernel) -> str:
     """``1d`` for one pointwise loop, ``h`` for a horizontal kernel (below), ``2d`` for other
     reductions and multi-stage kernels."""
-    reduces = any(it.kind == "reduce" for st in k.stages for it in st.items)
-    if not reduces and len(k.stages) == 1:
+    if _one_loop(k):
         return "1d"
     return "h" if _horizontal(k) else "2d"
+
+
+def _one_loop(k: Kernel) -> bool:
+    return len(k.stages) == 1 and not any(it.kind == "reduce" for it in k.stages[0].items)
 
 
 def _horizontal(k: Kernel) -> bool:
@@ -393,7 +396,7 @@ def _transposing(k: Kernel) -> bool:
     """A pointwise loop reading some buffer contiguously along the second-to-last dim while
     it writes contiguously along the last: worth 2-D tiles."""
     vs = _loop_vars(k)
-    if kernel_form(k) != "1d" or len(vs) < 2:
+    if not _one_loop(k) or len(vs) < 2:
         return False
     last, prev = vs[-1], vs[-2]
     st = k.stages[0]
@@ -595,6 +598,6 @@ def kernel_source(k: Kernel, buffers: dict) -> tuple[str, LaunchSpec]:
 
 def _column_major(k: Kernel) -> bool:
     """A reduction whose loads walk memory along the outer index (e.g. sum over dim 0)."""
-    if not k.outer or kernel_form(k) == "1d":
+    if not k.outer or _one_loop(k):
         return False
     return loads_walk_outer(k)

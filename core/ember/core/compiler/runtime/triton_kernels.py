@@ -39,8 +39,7 @@ def heuristic_config(form: str, xnumel: int, rmax: int, column: bool,
     interp = interpreted()
     if form == "h":  # a program per chunk of a pointwise stage
         rb = min(1 << 15 if interp else 1024, max(16, _pow2(rmax)))
-        return {"XBLOCK": 1, "RBLOCK": rb, "num_warps": 4 if rb >= 512 else 2, "num_stages": 1,
-                "horizontal": True}
+        return {"XBLOCK": 1, "RBLOCK": rb, "num_warps": 4 if rb >= 512 else 2, "num_stages": 1}
     if tiles and min(tiles) >= 8:
         cap = 128 if interp else 64
         yb, xb = min(cap, _pow2(tiles[0])), min(cap, _pow2(tiles[1]))
