@@ -16,7 +16,6 @@ through ``cpp_wrapper_runtime.cpp``, built once per machine."""
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from importlib import resources
 
@@ -35,6 +34,7 @@ from ember.core.compiler.codegen.wrapper import (
     CallKernel,
     Check,
     FixStrides,
+    Release,
     Return,
     WrapperStep,
 )
@@ -208,7 +208,7 @@ class CppWrapper:
     def render(self, steps: list[WrapperStep]) -> str:
         for s in steps:
             getattr(self, "_" + type(s).__name__)(s)
-        body = "\n".join("  " + ln for ln in _release_dead(self.lines))
+        body = "\n".join("  " + ln for ln in self.lines)
         checks = "\n".join("  " + ln for ln in self._input_checks())
         decls = "\n".join(self.decls.values())
         consts = "".join(f"  ember_aot::Tensor {name} = ember_aot::arg(args, {self.n_args + i});\n"
@@ -355,6 +355,9 @@ int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) 
         self.lines.append(f"ember_aot::check_index({self._tensor(s.flag)}, "
                           f"{_c_string(s.message)});")
 
+    def _Release(self, s: Release):
+        self.lines += [f"{name} = ember_aot::Tensor();" for name in s.names]
+
     def _Return(self, s: Return):
         for i, o in enumerate(s.outputs):  # every output made before any is handed out
             out = "ember_aot::Tensor()" if o is None else self._tensor(o)
@@ -363,25 +366,6 @@ int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) 
             self.lines.append(f"outputs[{i}] = ember_aot::release(out{i});")
 
 
-_BUFFER = re.compile(r"\bbuf\d+\b")
-
-
-def _release_dead(lines: list[str]) -> list[str]:
-    """``lines`` with each buffer's handle dropped after the last line naming it: its memory
-    goes back to the allocator there, for later allocations of the call to reuse, instead
-    of at the end of the call (every handle alive at once, each call's memory fresh)."""
-    last = {}
-    for i, ln in enumerate(lines):
-        for name in _BUFFER.findall(ln):
-            last[name] = i
-    dead: dict[int, list[str]] = {}
-    for name, i in last.items():
-        dead.setdefault(i, []).append(name)
-    out = []
-    for i, ln in enumerate(lines):
-        out.append(ln)
-        out += [f"{name} = ember_aot::Tensor();" for name in sorted(dead.get(i, ()))]
-    return out
 
 
 def _c_string(s: str) -> str:
