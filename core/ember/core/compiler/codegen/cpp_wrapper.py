@@ -366,8 +366,6 @@ int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) 
             self.lines.append(f"outputs[{i}] = ember_aot::release(out{i});")
 
 
-
-
 def _c_string(s: str) -> str:
     out = s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{out}"'

@@ -19,6 +19,8 @@ from ember.core.compiler.codegen.common import ArgKind, py_index
 from ember.core.compiler.ir import Buffer, Extern, StridedView, Unsupported
 from ember.core.compiler.schedule import Kernel
 
+aten = torch.ops.aten
+
 
 class BindInput(NamedTuple):
     pos: int
@@ -102,14 +104,13 @@ WrapperStep = (BindInput | BindSize | BindSymbol | FixStrides | Alias | Alloc | 
 # Extern ops called through their ``out=`` form when the wrapper may (``plan(extern_out=True)``):
 # op -> the Python binding taking ``out=`` (torch's C++ fast path, not OpOverload.__call__)
 OUT_VARIANTS: dict = {
-    torch.ops.aten.mm.default: torch.mm,
-    torch.ops.aten.addmm.default: torch.addmm,
-    torch.ops.aten.bmm.default: torch.bmm,
-    torch.ops.aten.baddbmm.default: torch.baddbmm,
+    aten.mm.default: torch.mm,
+    aten.addmm.default: torch.addmm,
+    aten.bmm.default: torch.bmm,
+    aten.baddbmm.default: torch.baddbmm,
 }
 
 
-aten = torch.ops.aten
 # Extern ops the Python wrapper calls through torch's own binding for them (arguments parsed
 # in C++, the schema's names and order) rather than OpOverload.__call__'s boxed call, which
 # costs about 4 us more per call (a mobilenet forward makes 52 convolutions)
@@ -303,7 +304,12 @@ def _extern_names(s: CallExtern) -> set:
             {b.name for b in s.step.outs if b is not None})
 
 
-# the buffer names each kind of step mentions
+# the buffers each kind of step brings into being, and the buffer names each step mentions
+_MADE = {
+    Alloc: lambda s: {s.buf.name},
+    Alias: lambda s: {s.name},
+    CallExtern: lambda s: {b.name for b in s.step.outs if b is not None},
+}
 _NAMES = {
     BindInput: lambda s: {s.name},
     BindSize: lambda s: {s.buf.name},
@@ -321,15 +327,11 @@ _NAMES = {
 def _with_releases(steps: list) -> list:
     """``steps`` with a ``Release`` after the last step naming each buffer the wrapper made
     (inputs and constants belong to the caller; outputs live on)."""
-    made = set()
+    made: set = set()
     last: dict[str, int] = {}
     for i, s in enumerate(steps):
-        if isinstance(s, Alloc):
-            made.add(s.buf.name)
-        elif isinstance(s, Alias):
-            made.add(s.name)
-        elif isinstance(s, CallExtern):
-            made |= {b.name for b in s.step.outs if b is not None}
+        if type(s) in _MADE:
+            made |= _MADE[type(s)](s)
         for n in _NAMES[type(s)](s):
             last[n] = i
     dead: dict[int, list] = {}
