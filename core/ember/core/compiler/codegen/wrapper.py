@@ -295,13 +295,8 @@ def _names_in(a) -> set:
     if isinstance(a, StridedView):
         return {a.buf.name}
     if isinstance(a, (list, tuple)):
-        return set().union(*map(_names_in, a)) if a else set()
+        return set().union(*map(_names_in, a))
     return set()
-
-
-def _extern_names(s: CallExtern) -> set:
-    return (_names_in(list(s.step.args)) | _names_in(list(s.step.kwargs.values())) |
-            {b.name for b in s.step.outs if b is not None})
 
 
 # the buffers each kind of step brings into being, and the buffer names each step mentions
@@ -310,6 +305,13 @@ _MADE = {
     Alias: lambda s: {s.name},
     CallExtern: lambda s: {b.name for b in s.step.outs if b is not None},
 }
+
+
+def _extern_names(s: CallExtern) -> set:
+    return _names_in(s.step.args) | _names_in(list(s.step.kwargs.values())) | \
+        _MADE[CallExtern](s)
+
+
 _NAMES = {
     BindInput: lambda s: {s.name},
     BindSize: lambda s: {s.buf.name},
