@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
+OutOfResources = pytest.importorskip("triton.runtime.errors").OutOfResources
 
 from ember.core import kernels  # noqa: E402
 from ember.core.nn import attention_cpu  # noqa: E402
@@ -76,6 +77,8 @@ GPU_CASES = [
     (1, 4, 4, 1000, 1000, 128, 128, torch.bfloat16, None, False),
     (2, 2, 2, 257, 130, 96, 64, torch.float16, "bool", False),
     (1, 2, 1, 200, 333, 64, 64, torch.float32, "float", False),
+    (1, 2, 2, 150, 140, 128, 128, torch.float32, None, True),
+    (1, 1, 1, 70, 90, 256, 256, torch.float32, "bool", False),
 ]
 
 
@@ -124,6 +127,39 @@ def test_head_dim_256_and_fallback_above(fa):
     q, k, v = _qkv(1, 1, 1, 8, 8, 260, 8, torch.float32)  # beyond 256: tiled torch path
     out, _ = fa.forward(q, k, v, None, 0.0, False, 0.1, None)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, scale=0.1))
+
+
+def test_block_sizes_shrink_with_the_bytes_of_a_row(fa, monkeypatch):
+    """A float32 row of 64 takes the tiles of a 16-bit row of 128: its shared memory is the same."""
+    monkeypatch.setattr(triton.knobs.runtime, "interpret", False)
+    assert fa.block_sizes(64, 4) == fa.block_sizes(128, 2) != fa.block_sizes(64, 2)
+    assert fa.block_sizes(256, 4)[:2] < fa.block_sizes(256, 2)[:2]
+
+
+class _NoRoom:
+    """Stands in for a kernel whose launch needs more shared memory than the GPU has."""
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            raise OutOfResources(264192, 232448, "shared memory")
+        return launch
+
+
+def test_a_launch_out_of_shared_memory_falls_back_to_the_tiled_path(fa, monkeypatch, caplog):
+    for name in ("_fwd_kernel", "_bwd_kv_kernel", "_bwd_q_kernel"):
+        monkeypatch.setattr(fa, name, _NoRoom())
+    q, k, v = _qkv(1, 2, 1, 9, 11, 16, 16, torch.float32)
+    q, k, v = q.cpu(), k.cpu(), v.cpu()
+    with caplog.at_level("WARNING", logger="ember.attention"):
+        out, lse = fa.forward(q, k, v, None, 0.0, True, 0.25, None)
+        grads = fa.backward(torch.ones_like(out), q, k, v, out, lse, None, 0.0, True, 0.25, None)
+    assert sum("OutOfResources" in r.getMessage() for r in caplog.records) == 2
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*leaves, is_causal=True, scale=0.25, enable_gqa=True)
+    ref.sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for a, leaf in zip(grads, leaves):
+        torch.testing.assert_close(a, leaf.grad, rtol=1e-5, atol=1e-5)
 
 
 @interpreted_or_cuda

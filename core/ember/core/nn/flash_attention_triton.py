@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from ember.core.logs import get_logger
 from ember.core.nn import attention_cpu
@@ -222,15 +223,28 @@ def _bwd_q_kernel(Q, K, V, Mask, DO, Lse, Delta, DQ,
              mask=rows[:, None] & (offs_d[None, :] < D))
 
 
-def block_sizes(head_dim: int) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for a head dim; tiny under the interpreter."""
+def block_sizes(head_dim: int, itemsize: int = 2) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for a head dim; tiny under the interpreter.
+
+    The tiles' shared memory grows with the bytes of a row, so a float32 head of 64 takes the
+    blocks of a 16-bit head of 128 (the float32 backward at 64 otherwise needs 258 KiB).
+    """
     if triton.knobs.runtime.interpret:
         return 16, 16, 1, 1
-    if head_dim <= 64:
+    row = head_dim * itemsize // 2
+    if row <= 64:
         return 128, 64, 4, 3
-    if head_dim <= 128:
+    if row <= 128:
         return 128, 32, 8, 2
-    return 64, 32, 8, 1
+    if row <= 256:
+        return 64, 32, 8, 1
+    return 32, 32, 4, 1
+
+
+def _out_of_resources(err: Exception, what: str, q: torch.Tensor) -> None:
+    """Log why a launch fell back to the tiled torch path."""
+    _log.warning("flash attention %s: %s for %s head dim %d (%s); using the tiled torch path",
+                 what, type(err).__name__, q.dtype, q.shape[-1], err)
 
 
 def _supported(q: torch.Tensor, v: torch.Tensor) -> bool:
@@ -261,7 +275,7 @@ class _Launch:
         self.rng_args = (seed, offset, float(dropout_p),
                          0.0 if dropout_p >= 1 else 1.0 / (1.0 - dropout_p))
         self.block_m, self.block_n, self.num_warps, self.num_stages = block_sizes(
-            max(self.head_dim, self.value_dim))
+            max(self.head_dim, self.value_dim), q.element_size())
         self.meta = dict(
             HAS_MASK=attn_mask is not None, MASK_BOOL=mask_bool, IS_CAUSAL=bool(is_causal),
             HAS_DROPOUT=dropout_p > 0 and rng is not None,
@@ -289,9 +303,13 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.
     out = torch.empty(n, h, a.length_q, a.value_dim, dtype=q.dtype, device=q.device)
     lse = torch.empty(n, h, a.length_q, dtype=torch.float32, device=q.device)
     grid = (triton.cdiv(a.length_q, a.block_m), a.bh)
-    _fwd_kernel[grid](q, k, v, a.mask, out, lse, *a.strides(q, k, v, out),
-                      h, a.group, a.length_q, a.length_k, scale * _LOG2E, *a.rng_args,
-                      D=a.head_dim, DV=a.value_dim, **a.meta)
+    try:
+        _fwd_kernel[grid](q, k, v, a.mask, out, lse, *a.strides(q, k, v, out),
+                          h, a.group, a.length_q, a.length_k, scale * _LOG2E, *a.rng_args,
+                          D=a.head_dim, DV=a.value_dim, **a.meta)
+    except OutOfResources as err:
+        _out_of_resources(err, "forward", q)
+        return attention_cpu.forward(q, k, v, attn_mask, dropout_p, is_causal, scale, rng)
     return out, lse
 
 
@@ -314,12 +332,17 @@ def backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     dq = torch.empty(n, h, a.length_q, a.head_dim, dtype=q.dtype, device=q.device)
     args = (*a.strides(q, k, v, grad_out), h, a.group, a.length_q, a.length_k, scale,
             scale * _LOG2E, *a.rng_args)
-    _bwd_kv_kernel[(triton.cdiv(a.length_k, a.block_n), a.bh)](
-        q, k, v, a.mask, grad_out, lse, delta, dk, dv, *args,
-        D=a.head_dim, DV_=a.value_dim, **a.meta)
-    _bwd_q_kernel[(triton.cdiv(a.length_q, a.block_m), a.bh)](
-        q, k, v, a.mask, grad_out, lse, delta, dq, *args,
-        D=a.head_dim, DV_=a.value_dim, **a.meta)
+    try:
+        _bwd_kv_kernel[(triton.cdiv(a.length_k, a.block_n), a.bh)](
+            q, k, v, a.mask, grad_out, lse, delta, dk, dv, *args,
+            D=a.head_dim, DV_=a.value_dim, **a.meta)
+        _bwd_q_kernel[(triton.cdiv(a.length_q, a.block_m), a.bh)](
+            q, k, v, a.mask, grad_out, lse, delta, dq, *args,
+            D=a.head_dim, DV_=a.value_dim, **a.meta)
+    except OutOfResources as err:
+        _out_of_resources(err, "backward", q)
+        return attention_cpu.backward(grad_out, q, k, v, out, lse, attn_mask, dropout_p,
+                                      is_causal, scale, rng)
     dk = dk.view(n, hkv, h // hkv, a.length_k, a.head_dim).sum(2).to(k.dtype)
     dv = dv.view(n, hkv, h // hkv, a.length_k, a.value_dim).sum(2).to(v.dtype)
     return dq, dk, dv
