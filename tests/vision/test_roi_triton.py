@@ -78,7 +78,7 @@ def test_triton_roi_align_on_cuda_matches_the_native_kernel(aligned, sampling):
     args = (0.5, 7, 7)
     out = torch.ops.ember_vision.roi_align(x.cuda(), r.cuda(), *args, sampling, aligned)
     ref = torch.ops.ember_vision.roi_align(x, r, *args, sampling, aligned)
-    torch.testing.assert_close(out.cpu(), ref, atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.cpu(), ref, atol=1e-5, rtol=1e-5)
     go = torch.randn(out.shape, generator=g)
     bwd = torch.ops.ember_vision.roi_align_backward
     grad = bwd(go.cuda(), r.cuda(), *args, *x.shape, sampling, aligned)

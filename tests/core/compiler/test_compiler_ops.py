@@ -361,7 +361,7 @@ def test_16bit_convolution_gradients_match_eager(ecompile, matches, dtype):
     """Input, weight and bias gradients of 16-bit convolutions (plain, strided with padding,
     depthwise; only the gradients asked for) equal eager's in dtype and, to 16-bit rounding,
     in value: on a CPU without native 16-bit dot products they are float32 backward calls."""
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(torch.get_default_device()).manual_seed(0)
     x = (torch.randn(2, 3, 12, 12, generator=g) * 0.3).to(dtype)
     w = (torch.randn(8, 3, 3, 3, generator=g) * 0.3).to(dtype)
     b = torch.randn(8, generator=g).to(dtype)
@@ -384,7 +384,7 @@ def test_16bit_convolution_gradients_match_eager(ecompile, matches, dtype):
 def test_autocast_linear_matches_eager(ecompile, matches):
     lin = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64))
     x = torch.randn(2, 17, 64)
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.no_grad(), torch.autocast(x.device.type, dtype=torch.bfloat16):
         want, got = lin(x), ecompile(lin)(x)
     assert got.dtype == want.dtype == torch.bfloat16
     matches(got, want, atol=3e-2, rtol=3e-2)
@@ -564,7 +564,8 @@ def test_upsampling_backward_scatters_into_its_input_gradient(ecompile, matches,
     """The backward of upsampling accumulates each output gradient into the input places it
     was read from (index_put with accumulate), also for channels-last gradients."""
     def f(img):
-        return (F.interpolate(img, scale_factor=2, mode=mode) * torch.arange(16.0)).sin().sum()
+        ramp = torch.arange(16.0, device=img.device)
+        return (F.interpolate(img, scale_factor=2, mode=mode) * ramp).sin().sum()
     torch.manual_seed(0)
     img = torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last).requires_grad_()
     ref = torch.autograd.grad(f(img), img)
