@@ -321,6 +321,9 @@ def test_compiles_without_graph_breaks(dropout_p):
     (dict(dropout_p=1.5), "dropout_p must be"),
     (dict(scale="big"), "scale must be"),
     (dict(query=torch.zeros(3)), "at least 2 dimensions"),
+    (dict(query=torch.zeros(3, 2, 3, 4), key=torch.zeros(2, 2, 5, 4),
+          value=torch.zeros(2, 2, 5, 4)), "batch dimensions must broadcast"),
+    (dict(attn_mask=torch.zeros(2, 1, 3, 5, dtype=torch.bool)), "attn_mask of shape"),
 ])
 def test_bad_input_names_the_argument(kwargs, match):
     args = dict(query=torch.zeros(2, 3, 4), key=torch.zeros(2, 5, 4), value=torch.zeros(2, 5, 4))

@@ -26,13 +26,25 @@ def _check_tensor(name: str, x) -> None:
                          f"got shape {tuple(x.shape)}")
 
 
+def _broadcast(*shapes) -> tuple[int, ...] | None:
+    """The broadcast of ``shapes``, or None where they do not broadcast (plain Python: the
+    per-call cost matters for small attention calls, and torch.broadcast_shapes is ~10 us)."""
+    out = [1] * max(len(s) for s in shapes)
+    for shape in shapes:
+        for i, d in enumerate(shape, len(out) - len(shape)):
+            if d != 1:
+                if out[i] != 1 and out[i] != d:
+                    return None
+                out[i] = d
+    return tuple(out)
+
+
 def _batch_shape(query, key, value) -> tuple[int, ...]:
-    shapes = [t.shape[:-3] for t in (query, key, value)]
-    try:
-        return tuple(torch.broadcast_shapes(*shapes))
-    except RuntimeError:
-        raise ValueError("query, key and value batch dimensions must broadcast, got "
-                         f"{[tuple(s) for s in shapes]}") from None
+    shapes = [tuple(t.shape[:-3]) for t in (query, key, value)]
+    batch = shapes[0] if shapes[0] == shapes[1] == shapes[2] else _broadcast(*shapes)
+    if batch is None:
+        raise ValueError(f"query, key and value batch dimensions must broadcast, got {shapes}")
+    return batch
 
 
 def _validate(query, key, value, attn_mask, dropout_p, is_causal, scale) -> None:
@@ -74,6 +86,8 @@ def _to4d(x: torch.Tensor, batch: tuple[int, ...]) -> torch.Tensor:
     """``[*b, H, T, D]`` (or ``[T, D]``) -> ``[N, H, T, D]``, broadcasting the batch dims."""
     if x.dim() == 2:
         x = x.unsqueeze(0)
+    if len(batch) == 1 and x.dim() == 4 and x.shape[0] == batch[0]:
+        return x
     x = x.expand(*batch, *x.shape[-3:])
     return x.reshape(-1, *x.shape[-3:]) if len(batch) != 1 else x
 
@@ -81,11 +95,7 @@ def _to4d(x: torch.Tensor, batch: tuple[int, ...]) -> torch.Tensor:
 def _mask4d(mask: torch.Tensor, batch: tuple[int, ...], heads: int, length_q: int,
             length_k: int) -> torch.Tensor:
     target = (*batch, heads, length_q, length_k)
-    try:
-        ok = torch.broadcast_shapes(mask.shape, target) == torch.Size(target)
-    except RuntimeError:
-        ok = False
-    if not ok or mask.dim() > len(target):
+    if mask.dim() > len(target) or _broadcast(tuple(mask.shape), target) != target:
         raise ValueError(f"attn_mask of shape {tuple(mask.shape)} does not broadcast to the "
                          f"attention shape {target}")
     mask = mask.reshape((1,) * (len(target) - mask.dim()) + tuple(mask.shape))
