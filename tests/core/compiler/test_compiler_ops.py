@@ -591,12 +591,39 @@ def _cats(a, b, c, i):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
 def test_cat_is_a_fused_select(ecompile, matches, dtype):
     """cat of up to eight inputs (mixed dtypes, bool, the legacy empty tensor, strided
-    inputs) as a pointwise select fused into its reader, equal to eager."""
+    inputs) equal to eager: a pointwise select fused into its reader, or (the cats returned)
+    each part stored into its slice."""
     a, b, c = (torch.randn(2, n, 4) * 9 for n in (3, 5, 1))
     a, b, c = a.to(dtype), b.to(dtype), c.to(dtype)
     i = torch.randint(-5, 5, (4, 6))
     tol = 1e-2 if dtype == torch.bfloat16 else 0  # one bfloat16 rounding of a product
     matches(ecompile(_cats)(a, b, c, i), _cats(a, b, c, i), atol=tol, rtol=tol)
+
+
+def _cats_read_from_memory(a, b, w, m):
+    parts = [torch.relu(a[:, k:k + 1]) * (k + 1) for k in range(a.shape[1])]
+    return (torch.cat(parts, 1),  # more parts than the select takes
+            F.conv2d(torch.cat([torch.relu(a), torch.sigmoid(b)], 1), w),
+            F.max_pool2d(torch.cat([a, b.exp()], 1), 3, 2, 1),
+            torch.cat([a.transpose(2, 3), (b * 4).to(torch.int64).transpose(2, 3)], 1),
+            torch.cat([torch.relu(m), m.t()[:2] * 2, m[:0]], 0) @ m,
+            torch.cat([a[:, :1], b[:1].expand(2, -1, -1, -1)], 1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_cats_read_from_memory_match_eager(ecompile, matches, dtype, channels_last):
+    """cats that convolutions, pooling, matmuls or the caller read from memory (in C++ each
+    part stored into its slice, its producer fused into that store), in both layouts, with
+    type promotion, broadcast parts and an empty part, equal to eager."""
+    a, b = torch.randn(2, 12, 5, 6).to(dtype), torch.randn(2, 3, 5, 6).to(dtype)
+    if channels_last:
+        a, b = (t.contiguous(memory_format=torch.channels_last) for t in (a, b))
+    w, m = torch.randn(4, 15, 1, 1).to(dtype), torch.randn(5, 5).to(dtype)
+    tol = 3e-2 if dtype == torch.bfloat16 else 1e-5
+    with torch.no_grad():
+        matches(ecompile(_cats_read_from_memory)(a, b, w, m), _cats_read_from_memory(a, b, w, m),
+                atol=tol, rtol=tol)
 
 
 # (input shape, kernel, stride, padding, dilation, ceil_mode): a ResNet stem, ceil_mode's

@@ -3,6 +3,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 pytestmark = pytest.mark.usefixtures("isa_level")  # native and AVX2
 
@@ -283,3 +284,21 @@ def test_multiply_add_rounds_twice_like_eager_in_every_lane(ecompile):
     a, b, c = (torch.randn(4099, generator=g, dtype=torch.float64) for _ in range(3))
     for out, ref in zip(ecompile(fn)(a, b, c), fn(a, b, c)):
         assert torch.equal(out, ref)
+
+
+def test_cat_a_convolution_reads_stores_each_part_into_its_slice(ecompile, output_code):
+    """The ReLUs of two convolutions, concatenated for a third: one kernel stores each ReLU
+    straight into its slice of the cat (a loop per part), with no select per element and no
+    buffer per ReLU."""
+    def fn(x, w1, w2, w3):
+        y = torch.cat([torch.relu(F.conv2d(x, w1)), torch.relu(F.conv2d(x, w2, padding=1))], 1)
+        return F.conv2d(y, w3)
+    args = (torch.randn(2, 4, 8, 8), torch.randn(6, 4, 1, 1), torch.randn(5, 4, 3, 3),
+            torch.randn(3, 11, 1, 1))
+    with torch.no_grad():
+        torch.testing.assert_close(ecompile(fn)(*args), fn(*args), rtol=1e-4, atol=1e-4)
+    kernels, wrapper = "\n".join(output_code).split("wrapper:")
+    kernels = kernels.split('extern "C" void ')[1:]  # past the prelude
+    relu = [k for k in kernels if "e_max" in k]
+    assert len(relu) == 1 and relu[0].count("omp simd") == 2
+    assert not any("e_sel" in k for k in kernels) and "aten.cat" not in wrapper

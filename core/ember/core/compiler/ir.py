@@ -410,7 +410,19 @@ class Scatter:
     pos: int = 0
 
 
-Node = Pointwise | Reduction | Extern | Scatter
+@dataclass(eq=False)
+class Concat:
+    """``buf = cat(parts, dim)`` with each part's values stored straight into its slice of
+    ``buf``, one loop per part: a part computed only for the cat (a ReLU after a convolution)
+    never reaches memory on its own, and no element tests which part it belongs to."""
+
+    buf: Buffer
+    parts: list  # TensorValue of each part, in order along ``dim``
+    dim: int
+    pos: int = 0
+
+
+Node = Pointwise | Reduction | Extern | Scatter | Concat
 
 
 class IndexCheck(NamedTuple):
@@ -429,6 +441,9 @@ def node_reads(node: Node) -> set[str]:
         init, target, value = scatter_body(node)
         return (reads_of(init) | reads_of(value) |
                 set().union(*(reads_of(p) for p in target.positions))) - {node.buf.name}
+    if isinstance(node, Concat):
+        return set().union(*(reads_of(body(node, index_vars("x", len(part.size)), fn=part.load))
+                             for part in node.parts))
     if isinstance(node, Pointwise):
         e = body(node, index_vars("x", len(node.buf.size)))
     else:

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import sympy
 
 from ember.core.compiler import ir
-from ember.core.compiler.ir import Extern, Pointwise, Reduction, Scatter
+from ember.core.compiler.ir import Concat, Extern, Pointwise, Reduction, Scatter
 from ember.core.compiler.lowering.builders import InputWrite
 from ember.core.logs import get_logger
 
@@ -212,6 +212,34 @@ def scatter_kernel(node: Scatter, name: str) -> Kernel:
               Stage("scatter", list(node.size),
                     [Item("scatter", node, ir.body(node, rs), ir.body(node, rs, fn=node.target))])]
     return Kernel(name, [], stages, [node], {b.name}, {b.name})
+
+
+def concat_kernel(node: Concat, name: str) -> Kernel:
+    """A cat as a kernel of its own without outer loops: one loop stage per part, walking its
+    slice of the buffer in memory order (dims of one element left out, so the stage's shared
+    outermost loop has work to split) and storing the part's value there."""
+    b = node.buf
+    n = len(b.size)
+    order = list(range(n))
+    if all(sympy.sympify(st).is_Integer for st in b.stride):
+        order.sort(key=lambda d: -int(b.stride[d]))
+    stages, start = [], sympy.Integer(0)
+    for part in node.parts:
+        dims = [d for d in order if not ir.same(part.size[d], 1)] or order[-1:]
+        at = [sympy.Integer(0)] * n
+        for r, d in zip(ir.index_vars("r", len(dims)), dims):
+            at[d] = r
+        value = ir.cast(ir.body(node, at, fn=part.load), ir.compute_dtype(b.dtype))
+        place = list(at)
+        place[node.dim] = at[node.dim] + start
+        index = sum((v * st for v, st in zip(place, b.stride)), sympy.Integer(0))
+        stages.append(Stage("loop", [part.size[d] for d in dims],
+                            [Item("store", node, value, index)]))
+        start = start + part.size[node.dim]
+    return Kernel(name, [], stages, [node], {b.name}, {b.name})
+
+
+_OWN_KERNEL = {Scatter: scatter_kernel, Concat: concat_kernel}
 
 
 def _check_overwrite(node, expr, here: int, index, reads: list) -> None:
@@ -536,7 +564,7 @@ def schedule(nodes: list, output_names: set[str]) -> list:
 
     def pull_forward(start):
         for j in range(start, min(len(nodes), start + LOOKAHEAD)):
-            if j in done or isinstance(nodes[j], (Extern, Scatter)) or not ready(j):
+            if j in done or isinstance(nodes[j], (Extern, Scatter, Concat)) or not ready(j):
                 continue
             try:
                 join(j)
@@ -546,9 +574,10 @@ def schedule(nodes: list, output_names: set[str]) -> list:
     for i, n in enumerate(nodes):
         if i in done:
             continue
-        if isinstance(n, (Extern, Scatter)):
+        if isinstance(n, (Extern, Scatter, Concat)):
             close()
-            steps.append(n if isinstance(n, Extern) else scatter_kernel(n, f"kernel{len(steps)}"))
+            steps.append(n if isinstance(n, Extern) else
+                         _OWN_KERNEL[type(n)](n, f"kernel{len(steps)}"))
             done.add(i)
             continue
         if current:

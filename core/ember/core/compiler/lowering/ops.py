@@ -202,8 +202,10 @@ def _convert(ctx, x, *args, **kwargs):
     if ctx.node.target._overloadpacket in (aten.alias,) and isinstance(x, StridedView):
         return x
     out = Lazy(dtype, size, lambda i: cast(x.load(i), dtype))
-    if isinstance(x, StridedView) and x.dtype == dtype and \
-            kwargs.get("memory_format") is not torch.channels_last:  # asked-for layout: a copy
+    if isinstance(x, StridedView) and x.dtype == dtype and (
+            kwargs.get("memory_format") is not torch.channels_last or  # asked-for layout: a copy
+            all(ir.same(n, 1) or ir.same(a, sym(b))
+                for a, b, n in zip(x.stride, ctx.val.stride(), x.size))):
         out.source = x
     return out
 
@@ -751,21 +753,56 @@ def _embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, s
 
 
 CAT_MAX_INPUTS = 8  # a select per input in every element: beyond this ATen's copy is cheaper
+# readers that take the cat from memory (ATen, or loops reading each element more than once):
+# for them the parts are stored straight into the cat's slices (``ir.Concat``)
+CAT_FROM_MEMORY = {aten.convolution, aten.mm, aten.addmm, aten.bmm, aten.baddbmm,
+                   aten.max_pool2d_with_indices, aten.avg_pool2d}
+
+
+def _stored_cat_strides(ctx) -> list | None:
+    """Strides of a cat stored part by part, or None for the pointwise select: where every
+    reader takes the cat from memory, in the cat's layout; where its one reader is a layout
+    copy for such readers (channels_last's rewrite puts one before a convolution), in the
+    copy's layout, so the copy has nothing to do."""
+    if ctx.graph.triton:
+        return None
+    users, val = list(ctx.node.users), ctx.val
+    if len(users) == 1 and users[0].target is aten.clone.default and \
+            users[0].kwargs.get("memory_format") is not None:
+        val, users = meta_val(users[0]), list(users[0].users)
+    if not users or not all(u.op == "output" or
+                            getattr(u.target, "_overloadpacket", None) in CAT_FROM_MEMORY
+                            for u in users):
+        return None
+    if val.is_contiguous():
+        return contiguous_strides(ctx.size)
+    if is_non_overlapping_and_dense_or_false(val):
+        return [sym(s) for s in val.stride()]
+    return None
 
 
 @register(aten.cat)
 def _cat(ctx, tensors, dim=0):
     """cat as a pointwise value: each element gathers from the input its position along
     ``dim`` falls in (the offset clamped into every input, so no branch reads outside its
-    buffer), fused into the reader (rotary embeddings' cat(-x2, x1) * sin + ...)."""
+    buffer), fused into the reader (rotary embeddings' cat(-x2, x1) * sin + ...). Where
+    every reader takes it from memory (a convolution), each part is instead stored straight
+    into its slice of the cat's buffer (C++ only)."""
     size = ctx.size
     n = len(size)
     parts = [t for t in tensors if not (isinstance(t, TensorValue) and len(t.size) == 1 and
                                         len(size) > 1 and ir.same(t.size[0], sympy.Integer(0)))]
-    if not 2 <= len(parts) <= CAT_MAX_INPUTS or n == 0 or \
+    if not 2 <= len(parts) or n == 0 or \
             any(not isinstance(t, TensorValue) or len(t.size) != n for t in parts):
         raise Decline
     dim = norm_dim(dim, n)
+    stride = _stored_cat_strides(ctx)
+    if stride is not None:
+        buf = ctx.graph.new_buffer(ctx.dtype, size, stride)
+        ctx.graph.add(ir.Concat(buf, parts, dim))
+        return StridedView.of(buf)
+    if len(parts) > CAT_MAX_INPUTS:
+        raise Decline
     srcs = [ctx.graph.realize(t) for t in parts]
     ends, end = [], sympy.Integer(0)
     for t in srcs:
