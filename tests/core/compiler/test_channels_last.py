@@ -48,6 +48,24 @@ def test_package_rule_puts_every_convolution_nhwc():
     assert all(_nhwc(v) for v in _conv_inputs(gm))
 
 
+def test_sibling_convolutions_share_one_layout_copy():
+    """Branches that read one NCHW value (an inception block's) get one NHWC copy of it."""
+    def body(x, w1, w2, w3):
+        return F.conv2d(x, w1), F.conv2d(x, w2, padding=1), F.conv2d(x.relu(), w3)
+
+    args = (torch.randn(2, 8, 16, 16), torch.randn(4, 8, 1, 1), torch.randn(4, 8, 3, 3),
+            torch.randn(4, 8, 1, 1))
+    gm = make_fx(body, tracing_mode="fake")(*args)
+    channels_last.apply(gm, set(), jit=True)
+    copies = [n for n in gm.graph.nodes if n.target is torch.ops.aten.clone.default and
+              n.kwargs["memory_format"] is torch.channels_last]  # not the outputs' way back
+    assert len(copies) == 2  # x's, shared by two convolutions, and x.relu()'s
+    assert sorted(len(c.users) for c in copies) == [1, 2]
+    assert all(_nhwc(v) for v in _conv_inputs(gm))
+    for got, want in zip(gm(*args), body(*args)):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
 def test_computed_weight_is_written_nhwc_by_its_own_kernel():
     """An AMP cast of a weight feeds the convolution NHWC through a copy of the cast's value
     (fused with the cast when lowered), so ATen makes no copy of its own per call."""

@@ -108,6 +108,7 @@ def apply(gm: GraphModule, own_layout: set[str], jit: bool = False) -> list[str]
     output = next(n for n in gm.graph.nodes if n.op == "output")
     before = {id(o): _is_nhwc(o.meta.get("val")) for o in output.all_input_nodes}
     copies = []
+    made: dict[tuple, Node] = {}  # (value, layout) -> its copy, shared by sibling convolutions
     for conv in convs:
         nhwc = not jit or prefers_nhwc(conv)
         fmt = torch.channels_last if nhwc else torch.contiguous_format
@@ -116,10 +117,13 @@ def apply(gm: GraphModule, own_layout: set[str], jit: bool = False) -> list[str]
         if nhwc and isinstance(w, Node) and w.op != "placeholder":
             feeds.append(w)  # a computed weight: its kernel writes it NHWC
         for feed in feeds:
-            with gm.graph.inserting_before(conv):
-                copy = gm.graph.call_function(_CLONE, (feed,), {"memory_format": fmt})
+            copy = made.get((feed, fmt))
+            if copy is None:
+                with gm.graph.inserting_before(conv):
+                    copy = gm.graph.call_function(_CLONE, (feed,), {"memory_format": fmt})
+                made[feed, fmt] = copy
+                copies.append(copy)
             conv.replace_input_with(feed, copy)
-            copies.append(copy)
     gm.recompile()
     try:
         FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*placeholders)
