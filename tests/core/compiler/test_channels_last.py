@@ -66,6 +66,30 @@ def test_sibling_convolutions_share_one_layout_copy():
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
+def test_narrow_nchw_max_pools_are_fed_nhwc():
+    """A max pool over 4-wide NCHW rows (behind a convolution kept NCHW by its costly weight)
+    gets an NHWC copy of its input; one over rows as wide as POOL_NHWC_BELOW_WIDTH does not.
+    Values and the output's layout stay eager's."""
+    def body(x, w_big, w_small):
+        y = F.conv2d(x, w_big, padding=1)
+        narrow = F.max_pool2d(y, 3, 1, 1)
+        wide = F.max_pool2d(F.interpolate(y, scale_factor=4), 2)
+        return F.conv2d(narrow, w_small), wide
+
+    width = channels_last.POOL_NHWC_BELOW_WIDTH // 4
+    args = (torch.randn(1, 16, width, width), torch.randn(256, 16, 3, 3),
+            torch.randn(8, 256, 1, 1))
+    gm = make_fx(body, tracing_mode="fake")(*args)
+    channels_last.apply(gm, set(), jit=True)
+    pools = [n for n in gm.graph.nodes
+             if n.target is torch.ops.aten.max_pool2d_with_indices.default]
+    assert [_nhwc(p.args[0].meta["val"]) for p in pools] == [True, False]
+    assert _conv_inputs(gm)[0].is_contiguous()  # the big weight's convolution stays NCHW
+    for got, want in zip(gm(*args), body(*args)):
+        assert got.is_contiguous() and want.is_contiguous()
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
 def test_computed_weight_is_written_nhwc_by_its_own_kernel():
     """An AMP cast of a weight feeds the convolution NHWC through a copy of the cast's value
     (fused with the cast when lowered), so ATen makes no copy of its own per call."""
