@@ -1,6 +1,8 @@
 """C++ codegen details that change speed, checked for correctness against eager."""
 
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -287,14 +289,16 @@ def test_multiply_add_rounds_twice_like_eager_in_every_lane(ecompile):
 
 
 def test_cat_a_convolution_reads_stores_each_part_into_its_slice(ecompile, output_code):
-    """The ReLUs of two convolutions, concatenated for a third: one kernel stores each ReLU
-    straight into its slice of the cat (a loop per part), with no select per element and no
-    buffer per ReLU."""
+    """The ReLUs of two convolutions kept NCHW (costly weights), concatenated for a 1x1
+    convolution fed NHWC: one kernel stores each ReLU straight into its slice of the cat, in
+    the NHWC layout the third convolution takes (a loop per part), with no select per
+    element, no buffer per ReLU and no layout copy of the cat."""
     def fn(x, w1, w2, w3):
-        y = torch.cat([torch.relu(F.conv2d(x, w1)), torch.relu(F.conv2d(x, w2, padding=1))], 1)
+        y = torch.cat([torch.relu(F.conv2d(x, w1, padding=1)),
+                       torch.relu(F.conv2d(x, w2, padding=1))], 1)
         return F.conv2d(y, w3)
-    args = (torch.randn(2, 4, 8, 8), torch.randn(6, 4, 1, 1), torch.randn(5, 4, 3, 3),
-            torch.randn(3, 11, 1, 1))
+    args = (torch.randn(2, 4, 8, 8), torch.randn(512, 4, 3, 3), torch.randn(520, 4, 3, 3),
+            torch.randn(3, 1032, 1, 1))
     with torch.no_grad():
         torch.testing.assert_close(ecompile(fn)(*args), fn(*args), rtol=1e-4, atol=1e-4)
     kernels, wrapper = "\n".join(output_code).split("wrapper:")
@@ -302,3 +306,5 @@ def test_cat_a_convolution_reads_stores_each_part_into_its_slice(ecompile, outpu
     relu = [k for k in kernels if "e_max" in k]
     assert len(relu) == 1 and relu[0].count("omp simd") == 2
     assert not any("e_sel" in k for k in kernels) and "aten.cat" not in wrapper
+    cat = re.search(r"float\* __restrict__ (\w+)\)", relu[0]).group(1)
+    assert not any(f"float* __restrict__ {cat}," in k for k in kernels)  # no kernel copies it
