@@ -40,7 +40,7 @@ _CLONE = torch.ops.aten.clone.default
 _POOL = torch.ops.aten.max_pool2d_with_indices.default
 # A max pool over NCHW rows narrower than this runs scalar (each tap's bounds checked per
 # element; a 16-bit tap cannot be a vector gather): fed NHWC, its loop runs over channels
-# with the bounds hoisted, ~20x faster on GoogLeNet's 4x4 blocks in bfloat16, for two copies
+# with the bounds hoisted (a 2x256x8x8 bfloat16 3x3 pool: 1071 -> 53 us, 1 thread), for two copies
 POOL_NHWC_BELOW_WIDTH = 16
 # A JIT convolution goes NHWC when ATen's per-call copy of its weight to NHWC moves at most
 # this many elements per element of its input, plus a fixed allowance: NCHW costs oneDNN two
