@@ -195,14 +195,20 @@ class _Builder:
         self.nodes.append(node)
 
 
+def _memory_order(b: ir.Buffer) -> list[int]:
+    """``b``'s dims outermost first in memory (as listed where its strides are symbolic)."""
+    order = list(range(len(b.size)))
+    if all(sympy.sympify(st).is_Integer for st in b.stride):
+        order.sort(key=lambda d: -int(b.stride[d]))
+    return order
+
+
 def scatter_kernel(node: Scatter, name: str) -> Kernel:
     """A scatter as a kernel of its own: a loop stage storing its initial value (walking the
     buffer in memory order), then a "scatter" stage over its iteration sizes."""
     b = node.buf
     n = len(b.size)
-    order = list(range(n))
-    if all(sympy.sympify(st).is_Integer for st in b.stride):
-        order.sort(key=lambda d: -int(b.stride[d]))
+    order = _memory_order(b)
     rs = ir.index_vars("r", n)
     at = [rs[order.index(d)] for d in range(n)]
     init = ir.body(node, at, fn=node.init)
@@ -220,9 +226,7 @@ def concat_kernel(node: Concat, name: str) -> Kernel:
     outermost loop has work to split) and storing the part's value there."""
     b = node.buf
     n = len(b.size)
-    order = list(range(n))
-    if all(sympy.sympify(st).is_Integer for st in b.stride):
-        order.sort(key=lambda d: -int(b.stride[d]))
+    order = _memory_order(b)
     stages, start = [], sympy.Integer(0)
     for part in node.parts:
         dims = [d for d in order if not ir.same(part.size[d], 1)] or order[-1:]

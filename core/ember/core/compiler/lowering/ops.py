@@ -693,6 +693,16 @@ def _broadcast_sizes(sizes: list) -> list:
     return out
 
 
+def _dense_strides(val, size) -> list | None:
+    """Strides for a buffer a kernel of its own writes in eager's layout (``val``'s), or None
+    where eager's tensor overlaps or has gaps."""
+    if val.is_contiguous():
+        return contiguous_strides(size)
+    if is_non_overlapping_and_dense_or_false(val):
+        return [sym(s) for s in val.stride()]
+    return None
+
+
 @register(aten.index_put, aten._unsafe_index_put)
 def _index_put(ctx, x, indices, values, accumulate=False):
     """index_put as a scatter kernel (C++ code generator): ``x`` copied into a fresh buffer,
@@ -709,12 +719,8 @@ def _index_put(ctx, x, indices, values, accumulate=False):
     size = rest[:first] + bsize + rest[first:]
     if len(values.size) > len(size):
         raise Decline
-    val = ctx.val
-    if val.is_contiguous():
-        stride = contiguous_strides(ctx.size)
-    elif is_non_overlapping_and_dense_or_false(val):
-        stride = [sym(s) for s in val.stride()]
-    else:
+    stride = _dense_strides(ctx.val, ctx.size)
+    if stride is None:
         raise Decline
     if ctx.node.target._overloadpacket is aten.index_put:
         for d in dims:
@@ -774,11 +780,7 @@ def _stored_cat_strides(ctx) -> list | None:
                             getattr(u.target, "_overloadpacket", None) in CAT_FROM_MEMORY
                             for u in users):
         return None
-    if val.is_contiguous():
-        return contiguous_strides(ctx.size)
-    if is_non_overlapping_and_dense_or_false(val):
-        return [sym(s) for s in val.stride()]
-    return None
+    return _dense_strides(val, ctx.size)
 
 
 @register(aten.cat)
