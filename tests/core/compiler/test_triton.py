@@ -465,6 +465,27 @@ def test_autotune_candidates_cover_blocks_warps_and_stages():
     looped = triton_kernels.autotune_candidates("2d", 4096, 5000, False)
     assert len({c["RBLOCK"] for c in looped}) > 1 and len({c["num_stages"] for c in looped}) > 1
     assert all(not c["persistent"] for c in looped)
-    tiled = triton_kernels.autotune_candidates("1d", 4096, 1, False, (64, 64))
+    tiled = triton_kernels.autotune_candidates("1d", 4096, 1, False, (256, 256))
     assert tiled[0]["tiled"] and len({(c.get("YBLOCK"), c["XBLOCK"]) for c in tiled}) > 4
     assert any(not c.get("tiled") for c in tiled)  # the untiled kernel competes too
+
+
+def test_autotune_search_space_stays_small_and_fits_the_sizes():
+    """Each candidate is a ptxas build: at most MAX_CANDIDATES per kernel, none with a block
+    wider than the sizes (a 64 x 300 graph's max-autotune ran past 5 minutes with 37 each)."""
+    from ember.core.compiler.runtime import triton_kernels
+
+    if INTERPRETED:
+        pytest.skip("the GPU search space is checked without the interpreter")
+    cases = [("1d", 4096, 1, False, ()), ("1d", 100, 1, False, ()), ("2d", 64, 300, False, ()),
+             ("2d", 4096, 5000, False, ()), ("2d", 4096, 5000, True, ()), ("h", 1, 9000, False, ()),
+             ("1d", 4096, 1, False, (300, 20))]
+    for form, xnumel, r, column, tiles in cases:
+        cands = triton_kernels.autotune_candidates(form, xnumel, r, column, tiles)
+        assert 1 <= len(cands) <= triton_kernels.MAX_CANDIDATES
+        assert cands[0] == triton_kernels.heuristic_config(form, xnumel, r, column, tiles)
+        for c in cands[1:]:
+            if c.get("tiled"):
+                assert c["YBLOCK"] <= 512 and c["XBLOCK"] <= 32
+            elif form != "h":
+                assert c["XBLOCK"] <= triton_kernels._pow2(xnumel)

@@ -27,6 +27,7 @@ stats: Counter = Counter()
 
 INT32_LIMIT = 2 ** 31  # buffers or iteration spaces this large take the int64 variant
 PERSISTENT_MAX = 1024  # longest row a persistent reduction holds in one tile
+MAX_CANDIDATES = 10  # configs max-autotune builds and times per kernel
 
 
 def _pow2(n: int) -> int:
@@ -68,7 +69,9 @@ def heuristic_config(form: str, xnumel: int, rmax: int, column: bool,
 
 def autotune_candidates(form: str, xnumel: int, rmax: int, column: bool,
                         tiles: tuple = ()) -> list[dict]:
-    """max-autotune's search space (two candidates under the interpreter, to keep CI fast)."""
+    """max-autotune's search space: the heuristic's pick and at most ``MAX_CANDIDATES - 1``
+    others (two in all under the interpreter, to keep CI fast). Every candidate is a separate
+    ptxas build on first launch, so the space stays near Inductor's few configs per kernel."""
     base = heuristic_config(form, xnumel, rmax, column, tiles)
     if interpreted():
         other = dict(base)
@@ -76,36 +79,39 @@ def autotune_candidates(form: str, xnumel: int, rmax: int, column: bool,
         return [base, other] if other != base else [base]
     out = [base]
     if base.get("tiled"):
-        for yb, xb in ((16, 64), (32, 32), (32, 64), (64, 32), (64, 64), (32, 128)):
-            for w in (2, 4, 8):
+        for yb, xb in ((32, 32), (64, 64), (32, 128), (128, 32)):
+            for w in (4, 8):
                 out.append({**base, "YBLOCK": yb, "XBLOCK": xb, "num_warps": w})
         out.append(heuristic_config(form, xnumel, rmax, column))  # untiled
     elif form == "h":
-        for rb in (256, 512, 1024, 2048, 4096):
-            for w in (2, 4, 8):
+        for rb in (512, 1024, 2048, 4096):
+            for w in (4, 8):
                 out.append({**base, "RBLOCK": rb, "num_warps": w})
     elif form == "1d":
         for xb in (256, 512, 1024, 2048):
-            for w in (2, 4, 8):
+            for w in (4, 8):
                 out.append({"XBLOCK": xb, "num_warps": w, "num_stages": 1})
     elif base["persistent"]:
         rb = base["RBLOCK"]
-        for xb in (1, 2, 4, 8, 16, 32, 64):
+        for xb in (1, 4, 16, 64):
             if xb * rb <= 16384:
-                for w in (1, 2, 4, 8):
+                for w in (4, 8) if xb * rb >= 1024 else (1, 4):
                     out.append({**base, "XBLOCK": xb, "num_warps": w})
     else:
-        for xb, rb in ((1, 512), (1, 1024), (1, 2048), (1, 4096), (4, 512), (8, 256),
-                       (32, 64), (64, 64), (64, 32)):
-            for w in (4, 8):
-                for stages in (1, 2):
-                    out.append({**base, "XBLOCK": xb, "RBLOCK": rb, "num_warps": w,
-                                "num_stages": stages})
-    unique = []
-    for c in out:
-        if c not in unique:
+        for xb, rb, w, stages in ((1, 1024, 4, 1), (1, 2048, 8, 1), (1, 4096, 8, 1),
+                                  (1, 2048, 8, 2), (4, 512, 8, 1), (8, 256, 4, 2),
+                                  (32, 64, 4, 1), (64, 64, 8, 1), (64, 32, 4, 2)):
+            out.append({**base, "XBLOCK": xb, "RBLOCK": rb, "num_warps": w, "num_stages": stages})
+    def fits(c):  # no block wider than the sizes it covers (those time as the smaller one)
+        if c.get("tiled"):
+            return c["YBLOCK"] <= _pow2(tiles[0]) and c["XBLOCK"] <= _pow2(tiles[1])
+        return form == "h" or c["XBLOCK"] <= _pow2(xnumel)
+
+    unique = [base]
+    for c in out[1:]:
+        if c not in unique and fits(c):
             unique.append(c)
-    return unique
+    return unique[:MAX_CANDIDATES]
 
 
 class Launcher:
