@@ -590,9 +590,9 @@ def _cats(a, b, c, i):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
 def test_cat_is_a_fused_select(ecompile, matches, dtype):
-    """cat of up to eight inputs (mixed dtypes, bool, the legacy empty tensor, strided
-    inputs) equal to eager: a pointwise select fused into its reader, or (the cats returned)
-    each part stored into its slice."""
+    """cats (mixed dtypes, bool, the legacy empty tensor, strided inputs) equal to eager: a
+    pointwise select fused into its reader (two parts; Triton up to eight), or each part
+    stored into its slice (three parts or more in C++, and the cats returned)."""
     a, b, c = (torch.randn(2, n, 4) * 9 for n in (3, 5, 1))
     a, b, c = a.to(dtype), b.to(dtype), c.to(dtype)
     i = torch.randint(-5, 5, (4, 6))

@@ -288,6 +288,30 @@ def test_multiply_add_rounds_twice_like_eager_in_every_lane(ecompile):
         assert torch.equal(out, ref)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("nparts", [3, 11])
+def test_cat_of_many_parts_read_pointwise_is_stored(ecompile, output_code, dtype, nparts):
+    """A densenet layer's cat of earlier outputs feeding batch_norm and relu, NHWC: with
+    three parts or more the parts are copied into the cat's buffer (one loop each) and the
+    pointwise reads it once, instead of gathering every part in every element (a select
+    chain) or calling ATen's cat (past eight parts)."""
+    def fn(parts, mean, var, w, b):
+        return torch.relu(F.batch_norm(torch.cat(parts, 1), mean, var, w, b))
+    parts = [torch.randn(2, 4 + k % 3, 5, 6).to(dtype).contiguous(
+        memory_format=torch.channels_last) for k in range(nparts)]
+    c = sum(p.shape[1] for p in parts)
+    stats = (torch.rand(c), torch.rand(c) + 0.5, torch.randn(c), torch.randn(c))
+    with torch.no_grad():
+        got, want = ecompile(fn)(parts, *stats), fn(parts, *stats)
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+    assert got.stride() == want.stride()
+    kernels, wrapper = "\n".join(output_code).split("wrapper:")
+    kernels = kernels.split('extern "C" void ')[1:]
+    assert not any("e_sel" in k for k in kernels) and "aten.cat" not in wrapper
+    assert sum(k.count("omp simd") for k in kernels if "e_max" not in k) >= nparts
+
+
 def test_cat_a_convolution_reads_stores_each_part_into_its_slice(ecompile, output_code):
     """The ReLUs of two convolutions kept NCHW (costly weights), concatenated for a 1x1
     convolution fed NHWC: one kernel stores each ReLU straight into its slice of the cat, in
