@@ -585,14 +585,17 @@ def _cats(a, b, c, i):
     return (torch.cat([a, b, c], 1) * 2, torch.cat([-a[..., 2:], a[..., :2]], -1) * a,
             torch.cat([a[0], i[:, :4].to(a.dtype)], 0), torch.cat([a > 0, c > 0], 1),
             torch.cat([a, torch.empty(0, dtype=a.dtype)], 0),
-            torch.cat([a.transpose(1, 2), c.mT], 2))
+            torch.cat([a.transpose(1, 2), c.mT], 2),
+            torch.cat([b], 1) * 3, torch.cat([b.transpose(1, 2)], 0),
+            torch.cat([torch.empty(0, dtype=a.dtype), c], 0))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
 def test_cat_is_a_fused_select(ecompile, matches, dtype):
     """cats (mixed dtypes, bool, the legacy empty tensor, strided inputs) equal to eager: a
     pointwise select fused into its reader (two parts; Triton up to eight), or each part
-    stored into its slice (three parts or more in C++, and the cats returned)."""
+    stored into its slice (three parts or more in C++, and the cats returned); a cat of one
+    tensor is a copy, returned in eager's layout."""
     a, b, c = (torch.randn(2, n, 4) * 9 for n in (3, 5, 1))
     a, b, c = a.to(dtype), b.to(dtype), c.to(dtype)
     i = torch.randint(-5, 5, (4, 6))

@@ -198,14 +198,20 @@ def _convert(ctx, x, *args, **kwargs):
         raise Unsupported("device or layout change")
     if not isinstance(x, TensorValue):
         raise Unsupported("scalar conversion")
-    dtype, size = ctx.dtype, ctx.size
     if ctx.node.target._overloadpacket in (aten.alias,) and isinstance(x, StridedView):
         return x
-    out = Lazy(dtype, size, lambda i: cast(x.load(i), dtype))
+    # asked for channels_last: a copy unless the strides already are
+    return _copy_of(ctx, x, any_layout=kwargs.get("memory_format") is not torch.channels_last)
+
+
+def _copy_of(ctx, x: TensorValue, any_layout: bool) -> Lazy:
+    """``x`` converted to the node's dtype as a fresh value; a view of ``x`` (its ``source``)
+    where nothing changes: the same dtype, and ``any_layout`` or eager's strides already."""
+    dtype = ctx.dtype
+    out = Lazy(dtype, ctx.size, lambda i: cast(x.load(i), dtype))
     if isinstance(x, StridedView) and x.dtype == dtype and (
-            kwargs.get("memory_format") is not torch.channels_last or  # asked-for layout: a copy
-            all(ir.same(n, 1) or ir.same(a, sym(b))
-                for a, b, n in zip(x.stride, ctx.val.stride(), x.size))):
+            any_layout or all(ir.same(n, 1) or ir.same(a, sym(b))
+                              for a, b, n in zip(x.stride, ctx.val.stride(), x.size))):
         out.source = x
     return out
 
@@ -798,9 +804,11 @@ def _cat(ctx, tensors, dim=0):
     n = len(size)
     parts = [t for t in tensors if not (isinstance(t, TensorValue) and len(t.size) == 1 and
                                         len(size) > 1 and ir.same(t.size[0], sympy.Integer(0)))]
-    if not 2 <= len(parts) or n == 0 or \
+    if not parts or n == 0 or \
             any(not isinstance(t, TensorValue) or len(t.size) != n for t in parts):
         raise Decline
+    if len(parts) == 1:  # a copy (densenet's first layer cats its one input)
+        return _copy_of(ctx, parts[0], any_layout=False)
     dim = norm_dim(dim, n)
     stride = _stored_cat_strides(ctx, len(parts))
     if stride is not None:
