@@ -45,6 +45,19 @@ class VisionModel:
     build: Callable[[bool], zoo.Workload]
 
 
+def _no_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """Zero every dropout, drop-block and stochastic-depth probability, so a training step
+    draws no random masks and compiled code is compared with eager without having to draw
+    them in eager's order (the HF suite does the same through its configs)."""
+    from ember.vision.ops import DropBlock2d, DropBlock3d, StochasticDepth
+
+    for m in model.modules():
+        if isinstance(m, (torch.nn.modules.dropout._DropoutNd, StochasticDepth, DropBlock2d,
+                          DropBlock3d)):
+            m.p = 0.0
+    return model
+
+
 def _classifier(name: str) -> Callable[[bool], zoo.Workload]:
     def build(quick: bool) -> zoo.Workload:
         from ember.vision import models
@@ -53,7 +66,7 @@ def _classifier(name: str) -> Callable[[bool], zoo.Workload]:
         kwargs = {"num_classes": NUM_CLASSES}
         if name.startswith("vit_"):
             kwargs["image_size"] = side
-        model = models.get_model(name, **kwargs)
+        model = _no_dropout(models.get_model(name, **kwargs))
         g = torch.Generator().manual_seed(0)
         x = torch.randn(2, 3, side, side, generator=g)
         y = torch.arange(2) % NUM_CLASSES
@@ -70,7 +83,7 @@ def _segmenter(name: str) -> Callable[[bool], zoo.Workload]:
         from ember.vision import models
 
         side = 32 if quick else 64
-        model = models.get_model(name, num_classes=NUM_CLASSES)
+        model = _no_dropout(models.get_model(name, num_classes=NUM_CLASSES))
         x = torch.randn(2, 3, side, side, generator=torch.Generator().manual_seed(0))
         return zoo.Workload(model, (x,), zoo._mean_square)
     return build
@@ -81,7 +94,7 @@ def _video(name: str) -> Callable[[bool], zoo.Workload]:
         from ember.vision import models
 
         side = 32 if quick else 48
-        model = models.get_model(name, num_classes=NUM_CLASSES)
+        model = _no_dropout(models.get_model(name, num_classes=NUM_CLASSES))
         x = torch.randn(2, 3, 4, side, side, generator=torch.Generator().manual_seed(0))
         y = torch.arange(2) % NUM_CLASSES
         return zoo.Workload(model, (x,),
@@ -187,7 +200,9 @@ def run(quick: bool = False, models: str | None = None,
         notes.append(zoo.suite_summary(b, passed[b], total, speedups,
                                        training=("amp", "float32"), label=""))
     notes.append(f"device {device}; AMP = torch.autocast({device!r}, bfloat16 on CPU); "
-                 "timing rules of the default zoo; " + zoo.accuracy_rule(zoo.TOLERANCE))
+                 "timing rules of the default zoo; dropout and stochastic depth off (p = 0) "
+                 "in classification, segmentation and video models; "
+                 + zoo.accuracy_rule(zoo.TOLERANCE))
     notes.append("inputs: classification 2x3x64x64 (32 quick; inception 80, maxvit 224, vit "
                  "built at that size), segmentation 2x3x64x64 (loss: mean square of the "
                  "outputs), video 2x3x4x48x48, detection 2 images 128x128 (64 quick) with one "
