@@ -70,3 +70,30 @@ def test_float64_reference_runs_the_same_step_in_double():
     eager = zoo._step(work, work.model, "training", "float32", "cpu")()
     assert zoo._rel_error(eager, ref) < 1e-5
     assert work.model[0].weight.dtype == torch.float32  # the original is untouched
+
+
+class _TwoHeads(torch.nn.Module):
+    """A head the loss never reads (googlenet's auxiliary classifiers in training mode)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.head, self.aux = (torch.nn.Linear(8, 8), torch.nn.Linear(8, 3),
+                                          torch.nn.Linear(8, 3))
+
+    def forward(self, x):
+        h = torch.relu(self.body(x))
+        return self.head(h), self.aux(h)
+
+
+def test_training_step_compares_an_unreached_parameter_as_a_zero_gradient():
+    """Eager leaves such a parameter's grad None, a compiled graph fills it with zeros; the
+    step compares both as zeros of the parameter's shape, so the two agree."""
+    torch.manual_seed(0)
+    work = zoo.Workload(_TwoHeads(), (torch.randn(4, 8),), lambda out: out[0].pow(2).mean())
+    initial = {k: v.clone() for k, v in work.model.state_dict().items()}
+    eager = zoo._step(work, work.model, "training", "float32", "cpu")()
+    assert work.model.aux.weight.grad is None
+    assert eager[-2].shape == work.model.aux.weight.shape and not eager[-2].any()
+    work.model.load_state_dict(initial)  # the step took an SGD step
+    compiled = zoo._step(work, zoo._compile("ember", work.model), "training", "float32", "cpu")()
+    assert zoo._matches(compiled, eager, 1e-5)

@@ -309,7 +309,9 @@ def _step(work: Workload, model: torch.nn.Module, mode: str, precision: str, dev
         with _autocast(precision, device):
             loss = work.loss(model(*(work.train_args or work.args)))
         loss.backward()
-        grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros(())
+        # a parameter the loss does not reach: None in eager, zeros from a compiled graph
+        # (AOTAutograd returns every input's gradient; googlenet's auxiliary heads)
+        grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
                  for p in params]
         opt.step()
         return [loss.detach()] + grads
