@@ -1,7 +1,8 @@
 """The zoo's accuracy rule (zoo._accurate) on real training steps of two small models: it
 accepts rounding noise (another summation order, gradients whose true value is ~0) and
 rejects miscompiles (a perturbed, sign-flipped or zeroed gradient, a transposed weight, a
-missing term)."""
+missing term); its float64 arbitration (zoo._arbitrated) accepts a ReLU decided the other
+way at its kink and still rejects the miscompiles."""
 
 import copy
 
@@ -45,7 +46,12 @@ class _ConvBN(torch.nn.Module):
         if self.bug == "transpose":  # a square weight used transposed
             x = x + F.conv2d(x, self.c2.weight.transpose(0, 1))
         x = self.b3(self.c3(x))
-        if self.bug != "missing term":
+        if self.bug == "relu flip":  # the ReLU input nearest zero decided the other way
+            i = x.detach().abs().flatten().argmin()
+            keep = (x > 0).flatten()
+            keep[i] = ~keep[i]
+            x = x * keep.view_as(x)
+        elif self.bug != "missing term":
             x = x.relu()
         return self.fc(x.mean((2, 3)))
 
@@ -173,3 +179,63 @@ def test_integers_and_structure_stay_exact():
     assert not zoo._accurate(eager[:1], eager, ref64, 1.0)
     assert not zoo._accurate([torch.ones(3), eager[1]], eager, ref64, 1.0)
     assert not zoo._accurate([torch.tensor([1.0, float("nan")]), eager[1]], eager, ref64, 1.0)
+
+
+def _step64(name: str, bug=None, order=None):
+    """The float64 step of the model with ``bug`` (a backend's float64 compile)."""
+    model, x = _build(name)
+    model.train()
+    model.bug = bug
+    initial = copy.deepcopy(model.state_dict())
+    return zoo._float64_step(_workload(model, x, order), initial, "training", "cpu")
+
+
+def test_a_relu_flipped_at_its_kink_fails_the_rule_but_passes_in_float64():
+    eager, ref64 = _step("convbn"), _ref64("convbn")
+    flipped = _step("convbn", bug="relu flip")
+    assert zoo._accuracy_failures(flipped, eager, ref64, TOL)  # percents on the gradients
+    assert zoo._rel_error(flipped[:1], eager[:1]) < 1e-4       # the loss barely moves
+    other64 = _step64("convbn", order=torch.tensor([2, 0, 3, 1]))
+    assert zoo._rel_error(other64, ref64) > 0
+    assert zoo._arbitrated(flipped, eager, other64, ref64, TOL)
+
+
+@pytest.mark.parametrize("bug", ["transpose", "missing term", "relu flip"])
+def test_float64_arbitration_rejects_a_miscompile_in_float64(bug):
+    eager, ref64 = _step("convbn"), _ref64("convbn")
+    flipped = _step("convbn", bug="relu flip")
+    assert not zoo._arbitrated(flipped, eager, _step64("convbn", bug=bug), ref64, TOL)
+
+
+@pytest.mark.parametrize("bug", ["transpose", "missing term"])
+def test_float64_arbitration_rejects_a_miscompile_in_float32_alone(bug):
+    eager, ref64 = _step("convbn"), _ref64("convbn")
+    wrong = _step("convbn", bug=bug)
+    assert not zoo._arbitrated(wrong, eager, _step64("convbn"), ref64, TOL)
+
+
+def test_float64_arbitration_rejects_a_flipped_or_zeroed_gradient():
+    eager, ref64 = _step("convbn"), _ref64("convbn")
+    for i in _nonzero_gradients(ref64):
+        for factor in (-1.0, 0.0):
+            wrong = [t.clone() for t in eager]
+            wrong[i] = wrong[i] * factor
+            assert not zoo._arbitrated(wrong, eager, ref64, ref64, TOL), (i, factor)
+
+
+@pytest.mark.parametrize("bug64, label", [(None, "yes (float64)"), ("transpose", "NO")])
+def test_a_case_judges_a_failed_float32_training_step_in_float64(monkeypatch, bug64, label):
+    """zoo._case with a stand-in backend whose float32 step flips a ReLU at its kink and whose
+    float64 step is right (or transposes a weight)."""
+    def compile_(backend, model):
+        if backend != "eager":
+            model.bug = "relu flip" if model.b1.weight.dtype == torch.float32 else bug64
+        return model
+
+    monkeypatch.setattr(zoo, "BACKENDS", ("ember",))
+    monkeypatch.setattr(zoo, "_compile", compile_)
+    res = zoo._case(lambda quick: _workload(*_build("convbn")), True, "training", "float32",
+                    "cpu", rounds=1)
+    cells, _ = zoo.backend_cells(res, ("ember",), res["eager"]["time"], "convbn", [],
+                                 {"ember": 0})
+    assert cells[0] == label

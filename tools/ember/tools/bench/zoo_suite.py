@@ -64,7 +64,7 @@ def tally(cols: list[str], rows: Iterable[list], backends) -> tuple[dict, dict]:
     for row in rows:
         mode, precision = row[2], row[3]
         for b in backends:
-            if row[cols.index(f"{b} ok")] == "yes":
+            if row[cols.index(f"{b} ok")].startswith("yes"):
                 passed[b] += 1
                 speedups.setdefault((b, mode, precision), []).append(
                     row[cols.index(f"{b} speedup")])
