@@ -33,6 +33,9 @@ OPTIONS = {
     "freezing": Option((True, False), "inference graphs take parameters and buffers as "
                                       "constants: folded, convolution and linear weights "
                                       "prepacked (default False)"),
+    "arena": Option((True, False), "a CPU graph's internal buffers of static size live in "
+                                   "one arena kept between calls, instead of fresh memory "
+                                   "whose pages fault in every call (default True)"),
     "cpu_isa": Option(isa.NAMES, "instruction-set level of C++ kernels (default: "
                                  f"${isa.ENV}, else native)"),
 }

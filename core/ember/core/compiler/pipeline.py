@@ -16,7 +16,7 @@ import torch
 from torch.fx import GraphModule
 
 from ember.core.compiler import capture, modes, routing
-from ember.core.compiler.codegen import wrapper
+from ember.core.compiler.codegen import arena, wrapper
 from ember.core.compiler.ir import Buffer, Extern, StridedView
 from ember.core.compiler.lowering.graph import GraphLowering
 from ember.core.compiler.runtime import cpp_kernels
@@ -123,6 +123,8 @@ def _compile(gm: GraphModule, example_inputs, options: dict):
     plan = wrapper.plan(g.inputs, g.outputs, g.checks, steps, wrapper.specs_of(libs), buffers,
                         inplace=not modes.tunes_kernels(options),
                         segments=wrapper.segments_of(libs), extern_out=not use_triton)
+    if not use_triton and options.get("arena", True):
+        plan = arena.place(plan)
     src, globs = wrapper.PythonWrapper(g.constants, libs, device=g.device).render(plan)
     if output_log.isEnabledFor(logging.INFO):
         output_log.info("generated %s:\n%s\nwrapper:\n%s", "Triton" if use_triton else "C++",

@@ -97,8 +97,27 @@ class Release(NamedTuple):
     names: list
 
 
+class TakeArena(NamedTuple):
+    """Take a ready arena from the graph's free list, or make one (``codegen/arena.py``):
+    ``slots`` holds (buffer, byte offset) per buffer it carries."""
+
+    nbytes: int
+    slots: list
+
+
+class ArenaBuffer(NamedTuple):
+    """``buf`` is the arena's view at ``slot`` (in place of an ``Alloc``)."""
+
+    buf: Buffer
+    slot: int
+
+
+class GiveArena(NamedTuple):
+    """Put the arena back on the free list for the next call."""
+
+
 WrapperStep = (BindInput | BindSize | BindSymbol | FixStrides | Alias | Alloc | CallKernel |
-               CallExtern | Check | Return | Release)
+               CallExtern | Check | Return | Release | TakeArena | ArenaBuffer | GiveArena)
 
 
 # Extern ops called through their ``out=`` form when the wrapper may (``plan(extern_out=True)``):
@@ -319,6 +338,7 @@ _NAMES = {
     FixStrides: lambda s: {b.name for b in s.bufs},
     Alias: lambda s: {s.name, s.src},
     Alloc: lambda s: {s.buf.name},
+    ArenaBuffer: lambda s: {s.buf.name},
     CallKernel: lambda s: {a.value for a in s.spec if a.kind is not ArgKind.SIZE},
     CallExtern: _extern_names,
     Check: lambda s: {s.flag.buf.name},
@@ -401,6 +421,20 @@ def _fix_strides(t: torch.Tensor, size: tuple, stride: tuple) -> torch.Tensor:
     out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
     out.copy_(t)
     return out
+
+
+def _make_arena(nbytes: int, slots: list) -> list[torch.Tensor]:
+    """A fresh arena (``TakeArena``): one allocation and each slot's view of it, in slot
+    order; made outside inference mode, so a later call outside it may write the views."""
+    with torch.inference_mode(False):
+        base = torch.empty(nbytes, dtype=torch.uint8).untyped_storage()
+        views = []
+        for b, offset in slots:
+            t = torch.empty(0, dtype=b.dtype)
+            t.set_(base, offset // t.element_size(), [int(s) for s in b.size],
+                   [int(s) for s in b.stride])
+            views.append(t)
+    return views
 
 
 def _view(t: torch.Tensor, size: tuple, stride: tuple, offset: int) -> torch.Tensor:
@@ -495,6 +529,17 @@ class PythonWrapper:
         else:
             self.lines.append(f"{b.name} = _empty({_tup(b.size)}, {_tup(b.stride)}, "
                               f"dtype={b.dtype}{self.device})")
+
+    def _TakeArena(self, s: TakeArena):
+        self.globals["_arenas"] = []
+        self.globals["_new_arena"] = lambda: _make_arena(s.nbytes, s.slots)
+        self.lines.append(f"_a = _arenas.pop() if _arenas else _new_arena()  # {s.nbytes} bytes")
+
+    def _ArenaBuffer(self, s: ArenaBuffer):
+        self.lines.append(f"{s.buf.name} = _a[{s.slot}]")
+
+    def _GiveArena(self, s: GiveArena):
+        self.lines.append("_arenas.append(_a)")
 
     def _CallKernel(self, s: CallKernel):
         self.globals[s.name] = self.libs[s.key][0]
