@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import sympy
-import torch
 
 from ember.core.compiler.codegen.wrapper import (
     _NAMES,
@@ -29,6 +28,7 @@ from ember.core.compiler.codegen.wrapper import (
     Return,
     TakeArena,
     _names_in,
+    may_alias,
 )
 from ember.core.compiler.ir import Buffer
 
@@ -54,13 +54,7 @@ def _static_nbytes(b: Buffer) -> int | None:
     if any(int(s) == 0 for s in b.size):
         return 0
     span = 1 + sum((int(s) - 1) * int(st) for s, st in zip(b.size, b.stride))
-    return span * torch.empty((), dtype=b.dtype).element_size()
-
-
-def _aliasing(op) -> bool:
-    """Whether the op's result may share memory with an argument (or say so in its schema)."""
-    schema = getattr(op, "_schema", None)  # None: a higher-order op
-    return schema is None or any(r.alias_info is not None for r in schema.returns)
+    return span * b.dtype.itemsize
 
 
 def _groups(steps: list) -> list[_Group]:
@@ -76,7 +70,7 @@ def _groups(steps: list) -> list[_Group]:
             first[s.buf.name] = i
         elif isinstance(s, Alias):
             root[s.name] = root.get(s.src, s.src)
-        elif isinstance(s, CallExtern) and _aliasing(s.step.op):
+        elif isinstance(s, CallExtern) and may_alias(s.step.op):
             escaped |= _names_in(s.step.args) | _names_in(list(s.step.kwargs.values()))
         elif isinstance(s, Return):
             escaped |= _names_in(s.outputs)

@@ -183,6 +183,13 @@ def _dense(b: Buffer) -> bool:
     return True
 
 
+def may_alias(op) -> bool:
+    """Whether an extern's result may share memory with an argument (its schema says so, or
+    it has none: a higher-order op)."""
+    schema = getattr(op, "_schema", None)
+    return schema is None or any(r.alias_info is not None for r in schema.returns)
+
+
 def _alias(b: Buffer, src: Buffer, why: str) -> Alias:
     same = ir.same_sizes(b.size, src.size) and ir.same_sizes(b.stride, src.stride)
     return Alias(b.name, src.name, why, None if same else b)
@@ -258,10 +265,7 @@ class _Planner:
                     self.out.append(_alias(dst, buffers[pool[key].pop()], "reuse")
                                     if pool.get(key) else Alloc(dst))
                 self.out.append(CallExtern(step, dst is not None))
-                schema = getattr(step.op, "_schema", None)  # None: a higher-order op
-                aliasing = schema is None or any(r.alias_info is not None
-                                                 for r in schema.returns)
-                if aliasing:
+                if may_alias(step.op):
                     reusable -= {b.name for b in step.reads}
                 else:  # fresh tensors: their memory may serve later kernels
                     reusable |= {b.name for b in step.outs if b is not None and b.name not in
