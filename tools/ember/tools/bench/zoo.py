@@ -284,6 +284,10 @@ def _accurate(result, eager, ref64, tol: float) -> bool:
     return not _accuracy_failures(result, eager, ref64, tol)
 
 
+def _peak(t: torch.Tensor) -> float:
+    return float(t.abs().max())
+
+
 def _cosine(x: torch.Tensor, y: torch.Tensor) -> float:
     x, y = x.detach().double().flatten(), y.detach().double().flatten()
     norms = float(x.norm() * y.norm())
@@ -306,13 +310,11 @@ def _arbitrated(result, eager, result64, ref64, tol: float) -> bool:
     a64, r64 = _tensors(result64), _tensors(ref64)
     if result64 is None or not _same_structure(a64, r64):
         return False
-    peaks = [float(t.detach().abs().max()) for t in r64 if t.is_floating_point() and t.numel()]
-    typical = statistics.median(peaks) if peaks else 0.0
-    for x, y in zip(a64, r64):
-        if x.is_floating_point() and x.numel() and not float(
-                (x.detach() - y.detach()).abs().max()) <= FLOAT64_TOL * max(
-                float(y.detach().abs().max()), typical):
-            return False
+    floats = [(x.detach(), y.detach()) for x, y in zip(a64, r64)
+              if x.is_floating_point() and x.numel()]
+    typical = statistics.median(_peak(y) for _, y in floats) if floats else 0.0
+    if not all(_peak(x - y) <= FLOAT64_TOL * max(_peak(y), typical) for x, y in floats):
+        return False  # NaN fails too
     a, b = _tensors(result), _tensors(eager)
     failing = _tensor_failures(result, eager, ref64, tol)
     return all(i is not None and _cosine(a[i], b[i]) >= MIN_COSINE for i, _ in failing)
