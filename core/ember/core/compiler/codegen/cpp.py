@@ -398,6 +398,7 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
         src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + \
             "\n}\n"
         return src, sig.args(ArgKind.POINTER)
+    _precompute_inner(body, k, buffers)
     saved_outer = []
     if k.outer:
         if outer_parallel:
@@ -646,6 +647,70 @@ def _update(body: _Body, it, acc: str, v: str) -> None:
         if it.node.acc_dtype.is_floating_point:
             nan = acc.replace(it.var, it.var + "_nan", 1)
             body.line(f"{nan} |= ({v} != {v});")
+
+
+# Prims costing more than a load of a precomputed value: worth a per-kernel table of their
+# results when the outer loops would recompute them for every row.
+_COSTLY = frozenset({
+    "truediv", "reciprocal", "sqrt", "rsqrt", "exp", "exp2", "expm1", "log", "log2", "log10",
+    "log1p", "sigmoid", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
+    "asinh", "acosh", "atanh", "erf", "erfc", "pow", "atan2", "fmod", "remainder", "floordiv",
+    "truncdiv"})
+PRECOMPUTE_MAX = 4096  # elements of one precomputed table (on the stack)
+
+
+def _inner_only(e, xset: set, written: set, memo: dict) -> bool:
+    """``e`` reads no outer loop variable, no accumulator and no buffer the kernel writes."""
+    for x in ir.walk(e):
+        if isinstance(x, (ir.Var, ir.Gather)) or \
+                isinstance(x, ir.Load) and x.buf in written:
+            return False
+    return ir.invariant(e, xset, memo)
+
+
+def _precompute_inner(body: _Body, k: Kernel, buffers) -> None:
+    """Before the outer loops: tables of the costly sub-expressions that depend on a stage's
+    single inner loop variable alone (an NHWC batch norm's ``1 / sqrt(var + eps)`` per
+    channel, which the loop nest would otherwise recompute for every pixel). The same
+    operations run, once per kernel call, so results are bitwise those of the loop."""
+    if not k.outer or _static(ir.numel(k.outer)) == 1:
+        return
+    xset = set(ir.index_vars("x", len(k.outer)))
+    written = {it.node.buf.name for st in k.stages for it in st.items}
+    memo: dict = {}
+    rset = set(ir.index_vars("r", 1))
+    found: dict = {}  # expression -> its stage's inner size
+    others = []  # the expressions of stages that get no tables
+    for st in k.stages:
+        size = _static(st.rsizes[0]) if len(st.rsizes) == 1 else None
+        if st.kind != "loop" or size is None or not 1 < size <= PRECOMPUTE_MAX:
+            others += [it.expr for it in st.items]
+            continue
+        pending = []
+        for it in st.items:
+            it.expr = passes.apply("cpp", it.expr, rset, {}, where=body.kernel)
+            pending.append(it.expr)
+        while pending:
+            e = pending.pop()
+            if isinstance(e, ir.PrimOp) and e.dtype.is_floating_point and \
+                    any(isinstance(x, ir.PrimOp) and x.prim in _COSTLY for x in ir.walk(e)) \
+                    and not ir.invariant(e, rset, {}) and _inner_only(e, xset, written, memo):
+                found[e] = size if found.get(e, size) == size else None
+            else:
+                pending.extend(ir.operands(e))
+    # a table is indexed by the stage's loop variable: a stage of another size must not see it
+    for x in (x for e in others for x in ir.walk(e)):
+        if x in found:
+            found[x] = None
+    r = ir.index_vars("r", 1)[0]
+    for n, (e, size) in enumerate(item for item in found.items() if item[1] is not None):
+        table = f"e_pre{n}"
+        body.line(f"{ctype(e.dtype)} {table}[{size}];")
+        body.line("#pragma omp simd")
+        saved = body.open(f"for (int64_t {r} = 0; {r} < {size}; ++{r})")
+        body.line(f"{table}[{r}] = {body.expr(e)};")
+        body.close(saved)
+        body.memo[e] = f"{table}[{r}]"
 
 
 def _hoist(body: _Body, items, rset: set) -> None:
