@@ -142,6 +142,22 @@ def test_reductions(ecompile, matches, dtype):
     matches(ecompile(f)(x), f(x), atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_mean_rounds_once_like_eager(ecompile, dtype):
+    """A bfloat16 / float16 mean divides the float sum and rounds once, as eager's. Rounding
+    the sum first put a quarter of a 7x7 average pool's outputs (49 is no power of two) an
+    ulp off; now only the summation order may differ, which flips a rare last bit."""
+    torch.manual_seed(0)
+    x = (torch.randn(8, 64, 7, 7) * 3).to(dtype)
+    y = x.contiguous(memory_format=torch.channels_last)  # a column sum: its own kernel
+    f = lambda x, y: (x.mean((-2, -1)), F.adaptive_avg_pool2d(x, 1), x.mean(1, keepdim=True),
+                      y.mean((-2, -1)), F.adaptive_avg_pool2d(y, 1) * 2)
+    for out, ref in zip(ecompile(f)(x, y), f(x, y)):
+        assert out.dtype == ref.dtype
+        torch.testing.assert_close(out, ref, atol=0, rtol=2 ** -7)  # within an ulp
+        assert (out != ref).float().mean() <= 0.01
+
+
 def test_large_parallel_reductions(ecompile, matches):
     x = torch.randn(600_000, dtype=torch.float64)  # above the OpenMP threshold
     y = torch.randn(1024, 600)

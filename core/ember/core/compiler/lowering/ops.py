@@ -868,7 +868,10 @@ def _mean(ctx, x, dims=None, keepdim=False, *, dtype=None):
     n = len(x.size)
     d = _dims_arg(dims) or list(range(n))
     count = ir.numel([x.size[norm_dim(k, n)] for k in d])
-    s = reduce(ctx, x, d, keepdim, "sum", ctx.dtype)
+    # the sum stays in the compute dtype: eager divides a float sum of a bfloat16 or float16
+    # tensor and rounds once (rounding the sum first is off by an ulp where count is no power
+    # of two, a 7x7 average pool)
+    s = reduce(ctx, x, d, keepdim, "sum", compute_dtype(ctx.dtype))
     return pointwise(ctx, "truediv", s, count)
 
 
