@@ -334,11 +334,14 @@ def test_cat_a_convolution_reads_stores_each_part_into_its_slice(ecompile, outpu
     assert not any(f"float* __restrict__ {cat}," in k for k in kernels)  # no kernel copies it
 
 
+@pytest.mark.parametrize("act, side", [(F.hardswish, 7), (F.silu, 40)])
 def test_nhwc_batch_norm_computes_its_channel_constants_once_per_call(ecompile, output_code,
-                                                                     monkeypatch):
+                                                                     monkeypatch, act, side):
     """An NHWC batch norm's ``1 / sqrt(var + eps)`` depends on the channel alone: it goes to a
     table computed before the pixel loop, by the same operations, so the output is bitwise
-    that of the loop computing it per pixel."""
+    that of the loop computing it per pixel. A parallel loop takes each thread's own copy
+    (``firstprivate``): shared, the table is memory a vector math call (silu's exp) might
+    write, and g++ left the loop scalar, 5x slower."""
     import ember.core.compiler.codegen.cpp as cpp
 
     torch.manual_seed(0)
@@ -346,16 +349,19 @@ def test_nhwc_batch_norm_computes_its_channel_constants_once_per_call(ecompile, 
     bn.running_var.uniform_(0.5, 2.0)
     bn.running_mean.uniform_(-1.0, 1.0)
     torch.nn.init.uniform_(bn.weight)
-    fn = lambda x: F.hardswish(bn(x)) * 2
-    x = torch.randn(2, 48, 9, 7).to(memory_format=torch.channels_last)
+    fn = lambda x: act(bn(x)) * 2
+    x = torch.randn(2, 48, side, side - 2).to(memory_format=torch.channels_last)
     with torch.no_grad():
         out, ref = ecompile(fn)(x), fn(x)
         code = "\n".join(output_code).split("wrapper:")[0]
-        monkeypatch.setattr(cpp, "_precompute_inner", lambda *args: None)
+        monkeypatch.setattr(cpp, "_precompute_inner", lambda *args: [])
         output_code.clear()
         per_pixel = ecompile(fn)(x)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     assert torch.equal(out, per_pixel)
     assert code.count("std::sqrt") == 1 and "e_pre0[48]" in code, code
     assert code.index("std::sqrt") < code.index("for (int64_t x0"), code
+    parallel = [ln for ln in code.splitlines() if "omp parallel" in ln]
+    assert bool(parallel) == (side > 7)
+    assert all("firstprivate(e_pre0)" in ln for ln in parallel), parallel
     assert "e_pre0" not in "\n".join(output_code)

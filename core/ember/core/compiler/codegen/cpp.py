@@ -398,16 +398,20 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
         src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + \
             "\n}\n"
         return src, sig.args(ArgKind.POINTER)
-    _precompute_inner(body, k, buffers)
+    inner_parallel = par and not outer_parallel
+    tables = [] if inner_parallel else _precompute_inner(body, k)
+    # each thread's own copy: a table shared into the parallel region is memory a vector
+    # math call might write, and g++ then leaves the loop scalar
+    private = f" firstprivate({', '.join(tables)})" if tables else ""
     saved_outer = []
     if k.outer:
         if outer_parallel:
-            body.line(f"#pragma omp parallel for collapse({len(k.outer)}){cond}{threads}")
+            body.line(f"#pragma omp parallel for collapse({len(k.outer)}){cond}{threads}"
+                      f"{private}")
         for x, s in zip(xs, k.outer):
             saved_outer.append(body.open(f"for (int64_t {x} = 0; {x} < {cpp_index(s)}; ++{x})"))
         for name, n in local.items():
             body.line(f"{CTYPES[buffers[name].dtype]} {name}[{n}];")
-    inner_parallel = par and not outer_parallel
     inner_cond = cond + (" num_threads(e_nt)" if tunable else "")
     for st in k.stages:
         _emit_stage(body, st, buffers, k.stored, inner_parallel, inner_cond)
@@ -668,13 +672,13 @@ def _inner_only(e, xset: set, written: set, memo: dict) -> bool:
     return ir.invariant(e, xset, memo)
 
 
-def _precompute_inner(body: _Body, k: Kernel, buffers) -> None:
+def _precompute_inner(body: _Body, k: Kernel) -> list[str]:
     """Before the outer loops: tables of the costly sub-expressions that depend on a stage's
     single inner loop variable alone (an NHWC batch norm's ``1 / sqrt(var + eps)`` per
     channel, which the loop nest would otherwise recompute for every pixel). The same
     operations run, once per kernel call, so results are bitwise those of the loop."""
     if not k.outer or _static(ir.numel(k.outer)) == 1:
-        return
+        return []
     xset = set(ir.index_vars("x", len(k.outer)))
     written = {it.node.buf.name for st in k.stages for it in st.items}
     memo: dict = {}
@@ -703,6 +707,7 @@ def _precompute_inner(body: _Body, k: Kernel, buffers) -> None:
         if x in found:
             found[x] = None
     r = ir.index_vars("r", 1)[0]
+    tables = []
     for n, (e, size) in enumerate(item for item in found.items() if item[1] is not None):
         table = f"e_pre{n}"
         body.line(f"{ctype(e.dtype)} {table}[{size}];")
@@ -711,6 +716,8 @@ def _precompute_inner(body: _Body, k: Kernel, buffers) -> None:
         body.line(f"{table}[{r}] = {body.expr(e)};")
         body.close(saved)
         body.memo[e] = f"{table}[{r}]"
+        tables.append(table)
+    return tables
 
 
 def _hoist(body: _Body, items, rset: set) -> None:
