@@ -661,6 +661,7 @@ _COSTLY = frozenset({
     "asinh", "acosh", "atanh", "erf", "erfc", "pow", "atan2", "fmod", "remainder", "floordiv",
     "truncdiv"})
 PRECOMPUTE_MAX = 4096  # elements of one precomputed table (on the stack)
+PRECOMPUTE_BYTES = 1 << 16  # all tables of one kernel (each thread copies them)
 
 
 def _inner_only(e, xset: set, written: set, memo: dict) -> bool:
@@ -707,9 +708,12 @@ def _precompute_inner(body: _Body, k: Kernel) -> list[str]:
         if x in found:
             found[x] = None
     r = ir.index_vars("r", 1)[0]
-    tables = []
-    for n, (e, size) in enumerate(item for item in found.items() if item[1] is not None):
-        table = f"e_pre{n}"
+    tables, nbytes = [], 0
+    for e, size in found.items():
+        if size is None or nbytes + size * 8 > PRECOMPUTE_BYTES:
+            continue
+        nbytes += size * 8
+        table = f"e_pre{len(tables)}"
         body.line(f"{ctype(e.dtype)} {table}[{size}];")
         body.line("#pragma omp simd")
         saved = body.open(f"for (int64_t {r} = 0; {r} < {size}; ++{r})")
