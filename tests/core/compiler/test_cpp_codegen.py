@@ -157,6 +157,26 @@ def test_skinny_matmul_is_a_loop_kernel_and_big_ones_stay_in_blas(ecompile, outp
     assert len(externs) == 2 and all("mm" in ln for ln in externs)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_few_row_linears_read_each_weight_row_once_and_store_the_gelu(ecompile, output_code,
+                                                                        dtype):
+    """10 rows through a 64 -> 200 -> 48 MLP: each loop matmul runs over the weight's rows
+    outside and the 10 rows inside (one pass over the weight, not ten), and the gelu between
+    the linears is stored once, not recomputed for each of the 48 outputs that read it."""
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 200), torch.nn.GELU(),
+                              torch.nn.Linear(200, 48)).eval()
+    x = torch.randn(10, 64)
+    with torch.no_grad(), torch.autocast("cpu", enabled=dtype == torch.bfloat16):
+        out, ref = ecompile(mlp)(x), mlp(x)
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
+    kernels = "\n".join(output_code).split("wrapper:")[0]
+    assert kernels.count("e_erf(t") == 1, kernels
+    outer = re.findall(r"collapse\(2\)\n\s*for \(int64_t x0 = 0; x0 < (\d+)", kernels)
+    assert outer == ["200", "48"], kernels
+
+
 def test_cross_entropy_reads_the_logits_once_and_writes_no_log_softmax(ecompile, output_code):
     fn = lambda x, y: torch.nn.functional.cross_entropy(x, y)
     x, y = torch.randn(64, 30), torch.randint(0, 30, (64,))

@@ -75,7 +75,21 @@ SKINNY_MM = 12
 SHORT_K_MAX_OUTPUTS = 4096
 
 
-def _skinny_mm(ctx: Ctx, a, b) -> StridedView:
+def _stored_if_computed(ctx: Ctx, x):
+    """A matmul operand as the loop reduction reads it: each element once per row or column
+    of the other operand, so a value computed from its inputs (the gelu before a linear) is
+    stored first instead of recomputed that often (vit's MLP: every erf 768 times). Loads,
+    views and casts alone (an AMP weight cast) stay fused."""
+    if isinstance(x, StridedView):
+        return x
+    probe = x.load(ir.index_vars("i", len(x.size)))
+    if any(isinstance(e, (ir.PrimOp, ir.Gather)) for e in ir.walk(probe)):
+        return ctx.graph.realize(x)
+    return x
+
+
+def _skinny_mm(ctx: Ctx, a, b, dtype: torch.dtype | None = None) -> StridedView:
+    """``a @ b`` as a loop reduction, stored as ``dtype`` (default the node's)."""
     sizes = [*a.size, b.size[-1]]
     if ctx.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16) or \
             not all(sympy.sympify(v).is_Integer for v in sizes) or \
@@ -85,10 +99,23 @@ def _skinny_mm(ctx: Ctx, a, b) -> StridedView:
     if min(m, n) > SKINNY_MM and m * n > SHORT_K_MAX_OUTPUTS:
         raise Decline  # only K is short: a dot product of K per output loses to BLAS
     acc = compute_dtype(ctx.dtype)
+    a, b = _stored_if_computed(ctx, a), _stored_if_computed(ctx, b)
+    if m <= SKINNY_MM < n:
+        # few rows of A, many columns of B: the columns in the outer loop and the rows inside
+        # it, so each column of B (a linear's weight row) is read once and reused from cache
+        # for every row of A; the result is stored N x M and handed out transposed. Rows
+        # outside meant one full pass over B per row (vit_b_32's 10 tokens: 10 passes over
+        # 85M weights per call)
+        prod = Lazy(acc, [b.size[1], a.size[0], a.size[1]],
+                    lambda i: op("mul", acc, cast(a.load([i[1], i[2]]), acc),
+                                 cast(b.load([i[2], i[0]]), acc)))
+        out = reduce(ctx, prod, [2], False, "sum", dtype or ctx.dtype, acc)
+        return StridedView(out.buf, [out.size[1], out.size[0]],
+                           [out.stride[1], out.stride[0]], out.offset)
     prod = Lazy(acc, [a.size[0], b.size[1], a.size[1]],
                 lambda i: op("mul", acc, cast(a.load([i[0], i[2]]), acc),
                              cast(b.load([i[2], i[1]]), acc)))
-    return reduce(ctx, prod, [2], False, "sum", ctx.dtype, acc)
+    return reduce(ctx, prod, [2], False, "sum", dtype or ctx.dtype, acc)
 
 
 ONEDNN_MIN_MACS = 1 << 26  # below this many multiply-adds (static sizes) MKL's sgemm is faster
@@ -195,8 +222,8 @@ def _mm(ctx, a, b):
 def _addmm(ctx, bias, a, b, *, beta=1, alpha=1):
     if beta != 1 or alpha != 1:
         raise Decline
-    try:
-        mm = _skinny_mm(ctx, a, b)
+    try:  # the sum kept in the compute dtype: the bias joins it before the one rounding
+        mm = _skinny_mm(ctx, a, b, compute_dtype(ctx.dtype))
     except Decline:
         try:
             return _onednn_linear(ctx, a, b, bias)
