@@ -97,3 +97,17 @@ def test_training_step_compares_an_unreached_parameter_as_a_zero_gradient():
     work.model.load_state_dict(initial)  # the step took an SGD step
     compiled = zoo._step(work, zoo._compile("ember", work.model), "training", "float32", "cpu")()
     assert zoo._matches(compiled, eager, 1e-5)
+
+
+def test_a_model_eager_cannot_run_is_an_error_not_a_crash(monkeypatch):
+    """A model that fails in eager at the zoo's inputs (inception_v3's auxiliary head below
+    299x299) leaves every backend without a timing: the case reports the error."""
+    class TooSmall(torch.nn.Module):
+        def forward(self, x):
+            raise RuntimeError("input too small for the pooling")
+
+    monkeypatch.setattr(zoo, "BACKENDS", ("ember",))
+    work = lambda quick: zoo.Workload(TooSmall(), (torch.randn(2, 3),), lambda out: out.sum())
+    res = zoo._case(work, True, "inference", "float32", "cpu", rounds=1)
+    assert "input too small" in res["eager"]["error"] and "time" not in res["eager"]
+    assert not res["ember"]["ok"] and "time" not in res["ember"]

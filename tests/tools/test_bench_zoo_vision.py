@@ -28,7 +28,7 @@ def test_table_covers_the_registry_less_the_listed_skips():
 
 
 @pytest.mark.parametrize("name", ["squeezenet1_1", "lraspp_mobilenet_v3_large", "mc3_18",
-                                  "ssdlite320_mobilenet_v3_large"])
+                                  "ssdlite320_mobilenet_v3_large", "inception_v3"])
 def test_workloads_run_eagerly_with_their_loss(name):
     torch.manual_seed(0)
     work = zoo_vision.table()[name].build(True)

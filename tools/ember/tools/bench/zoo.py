@@ -454,7 +454,9 @@ def _case(build: Callable[[bool], Workload], quick: bool, mode: str, precision: 
             entry["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
         out[backend] = entry
     _report(f"timing {len(calls)} backends")
-    times = compare_timings(calls, rounds=rounds, min_seconds=0.0 if quick else 0.2)
+    # none when eager itself failed (a model that cannot run at this input): the row says so
+    times = compare_timings(calls, rounds=rounds, min_seconds=0.0 if quick else 0.2) \
+        if calls else {}
     for backend, t in times.items():
         out[backend]["time"] = t
     if mode == "training" and precision == "float32" and ref64 is not None:

@@ -35,6 +35,9 @@ SKIPPED = {
 # input side per classification builder where the default (32 quick, 64) is too small
 _MIN_SIDE = {"inception_v3": 80, "maxvit_t": 224, "alexnet": 64, "squeezenet1_0": 64,
              "squeezenet1_1": 64, "googlenet": 64}
+# builder keywords where the default model cannot run at the zoo's inputs: inception_v3's
+# auxiliary head pools its 768-channel map 5x5 and needs 299x299 images
+_KWARGS = {"inception_v3": {"aux_logits": False}}
 QUICK_MODELS = ("squeezenet1_1",)
 NUM_CLASSES = 5
 
@@ -63,7 +66,7 @@ def _classifier(name: str) -> Callable[[bool], zoo.Workload]:
         from ember.vision import models
 
         side = max(32 if quick else 64, _MIN_SIDE.get(name, 0))
-        kwargs = {"num_classes": NUM_CLASSES}
+        kwargs = {"num_classes": NUM_CLASSES, **_KWARGS.get(name, {})}
         if name.startswith("vit_"):
             kwargs["image_size"] = side
         model = _no_dropout(models.get_model(name, **kwargs))
@@ -203,8 +206,9 @@ def run(quick: bool = False, models: str | None = None,
                  "timing rules of the default zoo; dropout and stochastic depth off (p = 0) "
                  "in classification, segmentation and video models; "
                  + zoo.accuracy_rule(zoo.TOLERANCE))
-    notes.append("inputs: classification 2x3x64x64 (32 quick; inception 80, maxvit 224, vit "
-                 "built at that size), segmentation 2x3x64x64 (loss: mean square of the "
+    notes.append("inputs: classification 2x3x64x64 (32 quick; inception 80 without its "
+                 "auxiliary head, which needs 299, maxvit 224, vit built at that size), "
+                 "segmentation 2x3x64x64 (loss: mean square of the "
                  "outputs), video 2x3x4x48x48, detection 2 images 128x128 (64 quick) with one "
                  f"box each, score threshold 0; {NUM_CLASSES} classes; random weights")
     notes.append("models: " + ", ".join(names)
