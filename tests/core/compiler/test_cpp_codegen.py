@@ -177,6 +177,16 @@ def test_few_row_linears_read_each_weight_row_once_and_store_the_gelu(ecompile, 
     assert outer == ["200", "48"], kernels
 
 
+def test_few_row_matmul_outputs_keep_eager_strides(ecompile):
+    """The few-row loop matmul stores its result transposed; graph outputs, views of it
+    included, still come out in eager's layout (AOTAutograd replays output views on it)."""
+    a, b = torch.randn(5, 80), torch.randn(70, 80).t()
+    fn = lambda a, b: (a @ b, (a @ b).view(5, 7, 10), (a @ b).t() * 2, torch.addmm(b[0], a, b))
+    for out, ref in zip(ecompile(fn)(a, b), fn(a, b)):
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+        assert out.stride() == ref.stride()
+
+
 def test_cross_entropy_reads_the_logits_once_and_writes_no_log_softmax(ecompile, output_code):
     fn = lambda x, y: torch.nn.functional.cross_entropy(x, y)
     x, y = torch.randn(64, 30), torch.randint(0, 30, (64,))

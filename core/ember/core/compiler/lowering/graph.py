@@ -12,6 +12,7 @@ import logging
 import operator
 from collections import Counter
 
+import sympy
 import torch
 from torch.fx import GraphModule
 from torch.fx import Node as FxNode
@@ -174,7 +175,7 @@ class GraphLowering:
                                          [sym(s) for s in t.stride()]))
         if node.op == "output":
             outs = node.args[0]
-            self.outputs = [self._output(self._arg(o)) for o in outs]
+            self.outputs = [self._output(self._arg(o), o) for o in outs]
             return None
         if node.target is operator.getitem:
             src = self._arg(node.args[0])
@@ -438,13 +439,38 @@ class GraphLowering:
         for v in self._pending_readers(written, node):
             self.realize(v)
 
-    def _output(self, v):
+    def _output(self, v, node=None):
         if isinstance(v, Lazy):
             return self.realize(v)
         if isinstance(v, StridedView) and id(v.buf) in self.retargeted:
             # a fresh tensor in the graph's meaning, now the input it was copied into
             return self.realize(Lazy(v.dtype, list(v.size), v.load))
+        if isinstance(v, StridedView) and isinstance(node, FxNode) and \
+                self._fresh(v.buf) and not _same_layout(v, meta_val(node)):
+            # a buffer laid out our way (a few-row matmul stores its result transposed):
+            # handed out in eager's layout, which AOTAutograd's view replay on outputs assumes
+            out = Lazy(v.dtype, list(v.size), v.load)
+            out.layout = dense_order(meta_val(node), len(v.size))
+            return self.realize(out)
         return v
+
+    def _fresh(self, buf) -> bool:
+        """``buf`` is computed by this graph: no input and no constant."""
+        return all(b is not buf for b in self.inputs) and buf.name not in self.constants
+
+
+def _same_layout(v: StridedView, val) -> bool:
+    """``v`` has ``val``'s strides on every dim longer than one (True when ``val`` is no
+    tensor, its strides are symbolic, or it is not dense: nothing to compare with)."""
+    if not isinstance(val, torch.Tensor) or val.layout != torch.strided or \
+            not (val.is_contiguous() or dense_order(val, val.dim()) is not None):
+        return True
+    for size, ours, theirs in zip(v.size, v.stride, val.stride()):
+        if type(theirs) is not int:
+            return True
+        if not ir.same(size, sympy.Integer(1)) and not ir.same(ours, sympy.Integer(theirs)):
+            return False
+    return True
 
 
 def _is_effect_token(node: FxNode) -> bool:
