@@ -177,6 +177,17 @@ def test_few_row_linears_read_each_weight_row_once_and_store_the_gelu(ecompile, 
     assert outer == ["200", "48"], kernels
 
 
+def test_few_row_matmul_walking_b_across_rows_keeps_rows_outside(ecompile, output_code):
+    """``a @ w`` with ``w`` stored K-major across N (the backward's grad @ W): each output
+    column would walk a column of ``w``, so the rows of ``a`` stay the outer loop."""
+    a, w = torch.randn(10, 64), torch.randn(64, 200)
+    torch.testing.assert_close(ecompile(lambda a, w: a @ w)(a, w), a @ w, atol=1e-4,
+                               rtol=1e-4)
+    kernels = "\n".join(output_code).split("wrapper:")[0]
+    outer = re.findall(r"collapse\(2\)\n\s*for \(int64_t x0 = 0; x0 < (\d+)", kernels)
+    assert outer == ["10"], kernels
+
+
 def test_few_row_matmul_outputs_keep_eager_strides(ecompile):
     """The few-row loop matmul stores its result transposed; graph outputs, views of it
     included, still come out in eager's layout (AOTAutograd replays output views on it)."""
