@@ -185,8 +185,8 @@ def test_few_row_matmul_walking_b_across_rows_keeps_rows_outside(ecompile, outpu
 
 
 def test_few_row_matmul_outputs_keep_eager_strides(ecompile):
-    """The few-row loop matmul stores its result transposed; graph outputs, views of it
-    included, still come out in eager's layout (AOTAutograd replays output views on it)."""
+    """Loop matmul results as graph outputs, views of them included, come out in eager's
+    layout (AOTAutograd replays output views on them)."""
     a, b = torch.randn(5, 80), torch.randn(70, 80).t()
     fn = lambda a, b: (a @ b, (a @ b).view(5, 7, 10), (a @ b).t() * 2, torch.addmm(b[0], a, b))
     for out, ref in zip(ecompile(fn)(a, b), fn(a, b)):

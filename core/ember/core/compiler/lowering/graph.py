@@ -447,8 +447,8 @@ class GraphLowering:
             return self.realize(Lazy(v.dtype, list(v.size), v.load))
         if isinstance(v, StridedView) and isinstance(node, FxNode) and \
                 self._fresh(v.buf) and not _same_layout(v, meta_val(node)):
-            # a buffer laid out our way (a few-row matmul stores its result transposed):
-            # handed out in eager's layout, which AOTAutograd's view replay on outputs assumes
+            # a buffer laid out our way: handed out in eager's layout, which AOTAutograd's
+            # view replay on outputs assumes
             out = Lazy(v.dtype, list(v.size), v.load)
             out.layout = dense_order(meta_val(node), len(v.size))
             return self.realize(out)
