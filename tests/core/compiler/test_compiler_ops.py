@@ -479,6 +479,21 @@ def test_tensor_keyword_arguments_of_extern_and_eager_calls(ecompile, matches):
     matches(ecompile(_tensor_keywords)(*args), _tensor_keywords(*args), atol=1e-4, rtol=1e-4)
 
 
+def _attention_of_made_contiguous(x, k, v, m):
+    return F.scaled_dot_product_attention(x.transpose(-1, -2).contiguous(), k, v, attn_mask=m)
+
+
+def test_attention_gets_eager_strides_where_ours_differ(ecompile, matches):
+    """ATen's CPU flash attention reads q, k and v as if their last dim were contiguous; the
+    lowering skips a clone's copy for ATen calls, so the transposed input reached it as is
+    (max error 2.0). Such calls now get eager's layout."""
+    torch.manual_seed(0)
+    args = (torch.randn(2, 4, 16, 8), torch.randn(2, 4, 8, 16), torch.randn(2, 4, 8, 16),
+            torch.randn(1, 4, 8, 8))
+    matches(ecompile(_attention_of_made_contiguous)(*args), _attention_of_made_contiguous(*args),
+            atol=1e-5, rtol=1e-5)
+
+
 def _gathers(x, img, w, ids, i, j):
     return (x[i], x[:, j], x[i[:, None], j], x[j, :, i[:2]] if x.dim() == 3 else x[j[:2]],
             torch.index_select(x, 1, j.abs() % x.shape[1]), F.embedding(ids, w) * 2 + 1,

@@ -52,6 +52,32 @@ EXTERN_OPS = {
 }
 
 
+# ATen kernels that assume the strides eager hands them: eager reaches them only through a
+# dispatcher that checked or fixed the layout. The CPU flash attention reads q, k and v as if
+# their last dim were contiguous (given a transposed matmul result, it returned garbage).
+_EAGER_LAYOUT_NAMES = [
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention_for_cpu_backward",
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
+    "_flash_attention_forward", "_flash_attention_backward",
+    "_efficient_attention_forward", "_efficient_attention_backward",
+]
+EAGER_LAYOUT_OPS = {getattr(aten, n) for n in _EAGER_LAYOUT_NAMES if hasattr(aten, n)}
+_STRIDE_TAGS = {getattr(torch.Tag, t) for t in
+                ("needs_exact_strides", "needs_fixed_stride_order", "needs_contiguous_strides")
+                if hasattr(torch.Tag, t)}
+
+
+def needs_eager_layout(target) -> bool:
+    """``target``'s tensor arguments must have eager's strides (a unit-stride last dim at
+    least): the attention kernels above and ops torch tags as stride-sensitive."""
+    packet = getattr(target, "overloadpacket", target)
+    return packet in EAGER_LAYOUT_OPS or bool(_STRIDE_TAGS & set(getattr(target, "tags", ())))
+
+
 def is_extern(packet) -> bool:
     """ATen ops expected to run in ATen, and the ops declared through ``ember.core.kernels``
     (``ember::sdpa``, domain kernels): those are our own kernels, not an eager fallback."""

@@ -38,7 +38,7 @@ from ember.core.compiler.lowering.builders import (
     meta_val,
     sym,
 )
-from ember.core.compiler.lowering.externs import is_extern
+from ember.core.compiler.lowering.externs import is_extern, needs_eager_layout
 from ember.core.compiler.runtime.triton_libdevice import interpreted
 from ember.core.logs import get_logger
 
@@ -290,11 +290,14 @@ class GraphLowering:
         op_val = () if n_ret == 0 else val[1] if n_ret == 1 else tuple(val[1:])
         args, kwargs = self._arg(tuple(op_args)), self._arg(node.kwargs)
         out = self._extern(node, args, kwargs, fallback=not is_extern(op._overloadpacket),
-                           target=op, val=op_val)
+                           target=op, val=op_val, fx_args=(tuple(op_args), node.kwargs))
         return (self._arg(token), *([] if n_ret == 0 else [out] if n_ret == 1 else out))
 
-    def _extern(self, node: FxNode, args, kwargs, fallback: bool, target=None, val=_NODE_VAL):
-        """``node``'s op (or ``target``, giving ``val``) as an ATen call at run time."""
+    def _extern(self, node: FxNode, args, kwargs, fallback: bool, target=None, val=_NODE_VAL,
+                fx_args=None):
+        """``node``'s op (or ``target``, giving ``val``) as an ATen call at run time;
+        ``fx_args``: the FX arguments and keyword arguments ``args``, ``kwargs`` came from
+        (default the node's)."""
         reads: list[Buffer] = []
         target = node.target if target is None else target
 
@@ -322,6 +325,11 @@ class GraphLowering:
             return a
 
         args, kwargs = conv(args), {k: conv(v) for k, v in kwargs.items()}
+        if needs_eager_layout(target):
+            fx_args, fx_kwargs = fx_args or (node.args, node.kwargs)
+            args = self._in_eager_layout(args, fx_args, reads)
+            kwargs = {k: self._in_eager_layout(v, fx_kwargs.get(k), reads)
+                      for k, v in kwargs.items()}
         val = meta_val(node) if val is _NODE_VAL else val
         vals = val if isinstance(val, (list, tuple)) else [val]
         outs = []
@@ -336,6 +344,26 @@ class GraphLowering:
         self.add(Extern(target, args, kwargs, outs, tree, fallback, reads))
         views = [StridedView.of(b) if b is not None else None for b in outs]
         return views if tree != "single" else views[0]
+
+    def _in_eager_layout(self, a, fx, reads: list):
+        """``a`` (an extern's argument, from FX argument ``fx``) with each tensor in eager's
+        strides where ours differ or its last dim is not contiguous: a copy laid out as
+        ``fx``'s value (row-major when that is not one dense block)."""
+        if isinstance(a, (list, tuple)):
+            fxs = fx if isinstance(fx, (list, tuple)) and len(fx) == len(a) else [None] * len(a)
+            return type(a)(self._in_eager_layout(x, f, reads) for x, f in zip(a, fxs))
+        if not isinstance(a, StridedView) or not a.size:
+            return a
+        val = meta_val(fx) if isinstance(fx, FxNode) else None
+        unit_last = ir.same(a.size[-1], sympy.Integer(1)) or \
+            ir.same(a.stride[-1], sympy.Integer(1))
+        if unit_last and _same_layout(a, val):
+            return a
+        out = Lazy(a.dtype, list(a.size), a.load)
+        out.layout = dense_order(val, len(a.size))
+        v = self.realize(out)
+        reads.append(v.buf)
+        return v
 
     def _copy_into_input(self, node: FxNode, dst, src, non_blocking=False):
         """``copy_(input, value)`` (AOTAutograd's input mutation epilogue) as a pointwise node
