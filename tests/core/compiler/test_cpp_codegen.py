@@ -158,9 +158,11 @@ def test_skinny_matmul_is_a_loop_kernel_and_big_ones_stay_in_blas(ecompile, outp
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_gelu_between_two_loop_matmuls_is_stored_once(ecompile, output_code, dtype):
-    """10 rows through a 64 -> 200 -> 48 MLP: the gelu between the linears is stored once, not
-    recomputed for each of the 48 outputs of the second loop matmul that read it."""
+def test_few_row_linears_read_each_weight_row_once_and_store_the_gelu(ecompile, output_code,
+                                                                        dtype):
+    """10 rows through a 64 -> 200 -> 48 MLP: each loop matmul runs over the weight's rows
+    outside and the 10 rows inside (one pass over the weight, not ten), and the gelu between
+    the linears is stored once, not recomputed for each of the 48 outputs that read it."""
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(64, 200), torch.nn.GELU(),
                               torch.nn.Linear(200, 48)).eval()
@@ -171,6 +173,8 @@ def test_the_gelu_between_two_loop_matmuls_is_stored_once(ecompile, output_code,
     torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
     kernels = "\n".join(output_code).split("wrapper:")[0]
     assert kernels.count("e_erf(t") == 1, kernels
+    outer = re.findall(r"collapse\(2\)\n\s*for \(int64_t x0 = 0; x0 < (\d+)", kernels)
+    assert outer == ["200", "48"], kernels
 
 
 def test_few_row_matmul_walking_b_across_rows_keeps_rows_outside(ecompile, output_code):

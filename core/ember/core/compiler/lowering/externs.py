@@ -114,6 +114,14 @@ def _stored_if_computed(ctx: Ctx, x):
     return x
 
 
+def _unit_stride(x, dim: int) -> bool:
+    """Every element ``x`` reads moves by one along ``dim`` (a weight read row by row)."""
+    at = ir.index_vars("i", len(x.size))
+    loads = [e for e in ir.walk(x.load(at)) if isinstance(e, ir.Load)]
+    return bool(loads) and all(ir.same(sympy.diff(e.index, at[dim]), sympy.Integer(1))
+                               for e in loads)
+
+
 def _skinny_mm(ctx: Ctx, a, b, dtype: torch.dtype | None = None) -> StridedView:
     """``a @ b`` as a loop reduction, stored as ``dtype`` (default the node's)."""
     sizes = [*a.size, b.size[-1]]
@@ -126,6 +134,20 @@ def _skinny_mm(ctx: Ctx, a, b, dtype: torch.dtype | None = None) -> StridedView:
         raise Decline  # only K is short: a dot product of K per output loses to BLAS
     acc = compute_dtype(ctx.dtype)
     a, b = _stored_if_computed(ctx, a), _stored_if_computed(ctx, b)
+    if m <= SKINNY_MM < n and _unit_stride(b, 0):
+        # few rows of A, many columns of B stored along K (a linear's weight rows): the
+        # columns in the outer loop and the rows inside it, so each weight row is read once
+        # and reused from cache for every row of A; the result is stored N x M and handed out
+        # transposed. Rows outside meant one full pass over B per row (vit_b_32's 10 tokens:
+        # 10 passes over 85M weights per call). A B walked across its rows (the backward's
+        # grad @ W) keeps the rows outside: there the new order ran vit's training step 1.6x
+        # slower
+        prod = Lazy(acc, [b.size[1], a.size[0], a.size[1]],
+                    lambda i: op("mul", acc, cast(a.load([i[1], i[2]]), acc),
+                                 cast(b.load([i[2], i[0]]), acc)))
+        out = reduce(ctx, prod, [2], False, "sum", dtype or ctx.dtype, acc)
+        return StridedView(out.buf, [out.size[1], out.size[0]],
+                           [out.stride[1], out.stride[0]], out.offset)
     prod = Lazy(acc, [a.size[0], b.size[1], a.size[1]],
                 lambda i: op("mul", acc, cast(a.load([i[0], i[2]]), acc),
                              cast(b.load([i[2], i[1]]), acc)))
