@@ -101,6 +101,25 @@ def test_a_buffer_an_aliasing_extern_reads_stays_out_of_the_arena():
     assert carved == {"buf0"}  # buf1 may live on inside the returned view
 
 
+def _scatter_at_offset(x, src):
+    # x * 2 is a buffer of ours; ATen places the view by its storage offset
+    return torch.as_strided_scatter(x * 2, src, (2, 2), (1, 2), 1)
+
+
+def test_a_buffer_an_op_placing_views_by_storage_offset_reads_stays_out(ecompile, matches):
+    """``as_strided_scatter`` counts its offset from the storage's start: given an arena slot
+    (a view starting further in), it wrote nothing where eager writes (OpInfo's
+    ``as_strided_copy`` backward, max error 1.0)."""
+    x, src = torch.randn(9), torch.randn(2, 2)
+    steps = arena.place(_steps(lambda x, src: (_scatter_at_offset(x, src) + 1,), x, src))
+    extern = next(s for s in steps if isinstance(s, wrapper.CallExtern))
+    carved = {s.buf.name for s in steps if isinstance(s, wrapper.ArenaBuffer)}
+    assert not carved & wrapper._names_in(extern.step.args)
+    fn = lambda x, src, y: (_scatter_at_offset(x, src) + 1, _scatter_at_offset(y, src) + 1)
+    y = torch.randn(9)
+    matches(ecompile(fn)(x, src, y), fn(x, src, y))
+
+
 def test_symbolic_sizes_stay_out_of_the_arena():
     import sympy
 

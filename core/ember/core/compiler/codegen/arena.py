@@ -8,7 +8,8 @@ offset in one byte arena, packed by lifetime (buffers alive at the same step nev
 bytes); the wrapper takes a ready arena from its graph's free list per call and puts it back
 before returning (a concurrent or re-entrant call makes its own). Buffers that may outlive the
 call keep their own allocation: graph outputs, check flags, and anything an aliasing extern
-reads (its result may be a view of it).
+reads (its result may be a view of it). So does what an op placing a view by its storage
+offset reads (``as_strided_scatter``), since an arena slot does not start its storage.
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ def _static_nbytes(b: Buffer) -> int | None:
     return span * b.dtype.itemsize
 
 
+def _reads_storage_offset(op) -> bool:
+    """An op whose arguments count a ``storage_offset`` from the start of the storage
+    (``as_strided_scatter``): an arena slot starts further in, so it would read elsewhere."""
+    schema = getattr(op, "_schema", None)
+    return schema is not None and any(a.name == "storage_offset" for a in schema.arguments)
+
+
 def _groups(steps: list) -> list[_Group]:
     root: dict[str, str] = {}
     allocs: dict[str, Buffer] = {}
@@ -70,7 +78,8 @@ def _groups(steps: list) -> list[_Group]:
             first[s.buf.name] = i
         elif isinstance(s, Alias):
             root[s.name] = root.get(s.src, s.src)
-        elif isinstance(s, CallExtern) and may_alias(s.step.op):
+        elif isinstance(s, CallExtern) and (may_alias(s.step.op) or
+                                            _reads_storage_offset(s.step.op)):
             escaped |= _names_in(s.step.args) | _names_in(list(s.step.kwargs.values()))
         elif isinstance(s, Return):
             escaped |= _names_in(s.outputs)
