@@ -188,6 +188,31 @@ def test_few_row_matmul_walking_b_across_rows_keeps_rows_outside(ecompile, outpu
     assert outer == ["10"], kernels
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_loop_matmul_shares_each_row_load_across_a_tile_of_outputs(ecompile, output_code,
+                                                                  monkeypatch, dtype):
+    """10 rows against a [96, 128] weight: the dot-product loop is unrolled and jammed, 4
+    weight rows by 2 input rows per row loop (each load shared by the outputs that read it),
+    and each output is the same sum in the same order: bitwise the plain loop's."""
+    import ember.core.compiler.codegen.cpp as cpp
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(128, 96).eval()
+    x = torch.randn(10, 128)
+    with torch.no_grad(), torch.autocast("cpu", enabled=dtype == torch.bfloat16):
+        out, ref = ecompile(lin)(x), lin(x)
+        code = "\n".join(output_code).split("wrapper:")[0]
+        monkeypatch.setattr(cpp, "_jam_factors", lambda k: None)
+        output_code.clear()
+        plain = ecompile(lin)(x)
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
+    assert torch.equal(out, plain)
+    assert "x0 += 4" in code and "x1 += 2" in code, code
+    assert "_7 = 0.0f" in code and "_8 = " not in code, code  # 8 accumulators
+    assert "x0 += 4" not in "\n".join(output_code)
+
+
 def test_few_row_matmul_outputs_keep_eager_strides(ecompile):
     """Loop matmul results as graph outputs, views of them included, come out in eager's
     layout (AOTAutograd replays output views on them)."""
