@@ -188,6 +188,11 @@ def loads(e: Expr) -> list[Load]:
     return [x for x in walk(e) if isinstance(x, Load)]
 
 
+def unit_stride(loads: Sequence[Load], var) -> bool:
+    """Each load moves by one element as ``var`` steps by one (a contiguous row along it)."""
+    return all(same(sympy.diff(e.index, var), sympy.Integer(1)) for e in loads)
+
+
 def rebuild(e: Expr, fn: Callable[[Expr], Expr | None], memo: dict | None = None) -> Expr:
     """``e`` with every sub-expression ``x`` for which ``fn(x)`` is not None replaced by it
     (not looked into further), and the rest rebuilt over their rewritten operands."""

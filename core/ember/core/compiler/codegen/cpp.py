@@ -344,6 +344,10 @@ def _stage_outputs_early(k: Kernel, taken: set) -> None:
             break
 
 
+def _function(name: str, params: list, body: _Body) -> str:
+    return f'extern "C" void {name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + "\n}\n"
+
+
 def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str, list]:
     """C++ source of one kernel and its argument list (data pointers, then sizes).
 
@@ -390,20 +394,14 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
         threads += " schedule(static, e_chunk)"
     if par and not tunable and _horizontal(k):
         _emit_horizontal(body, k, buffers, cond)
-        src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + \
-            "\n}\n"
-        return src, sig.args(ArgKind.POINTER)
+        return _function(k.name, params, body), sig.args(ArgKind.POINTER)
     jam = None if tunable or local or alias else _jam_factors(k)
     if jam:
         _emit_jammed(body, k, jam, cond if par else None)
-        src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + \
-            "\n}\n"
-        return src, sig.args(ArgKind.POINTER)
+        return _function(k.name, params, body), sig.args(ArgKind.POINTER)
     if _column_major(k):
         _emit_column(body, k, buffers, (cond + threads) if par else None)
-        src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + \
-            "\n}\n"
-        return src, sig.args(ArgKind.POINTER)
+        return _function(k.name, params, body), sig.args(ArgKind.POINTER)
     inner_parallel = par and not outer_parallel
     tables = [] if inner_parallel else _precompute_inner(body, k)
     # each thread's own copy: a table shared into the parallel region is memory a vector
@@ -423,8 +421,7 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
         _emit_stage(body, st, buffers, k.stored, inner_parallel, inner_cond)
     for saved in reversed(saved_outer):
         body.close(saved)
-    src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + "\n}\n"
-    return src, sig.args(ArgKind.POINTER)
+    return _function(k.name, params, body), sig.args(ArgKind.POINTER)
 
 
 JAM_MIN_REDUCTION = 64  # a shorter row loop is mostly its horizontal sum
@@ -451,7 +448,7 @@ def _jam_factors(k: Kernel) -> dict | None:
         return None
     r = ir.index_vars("r", 1)[0]
     loads = [e for e in nodes if isinstance(e, ir.Load)]
-    if not all(ir.same(sympy.diff(e.index, r), sympy.Integer(1)) for e in loads):
+    if not ir.unit_stride(loads, r):
         return None
     xs = ir.index_vars("x", len(k.outer))
     reused = []
@@ -543,8 +540,7 @@ def _scatter_source(k: Kernel, buffers) -> tuple[str, list]:
         body.close(scope)
     else:
         _emit_scatter(body, scatter, False)
-    src = f'extern "C" void {k.name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + "\n}\n"
-    return src, sig.args(ArgKind.POINTER)
+    return _function(k.name, params, body), sig.args(ArgKind.POINTER)
 
 
 def _emit_scatter(body: _Body, st, parallel: bool) -> None:

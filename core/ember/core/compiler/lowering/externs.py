@@ -117,9 +117,8 @@ def _stored_if_computed(ctx: Ctx, x):
 def _unit_stride(x, dim: int) -> bool:
     """Every element ``x`` reads moves by one along ``dim`` (a weight read row by row)."""
     at = ir.index_vars("i", len(x.size))
-    loads = [e for e in ir.walk(x.load(at)) if isinstance(e, ir.Load)]
-    return bool(loads) and all(ir.same(sympy.diff(e.index, at[dim]), sympy.Integer(1))
-                               for e in loads)
+    loads = ir.loads(x.load(at))
+    return bool(loads) and ir.unit_stride(loads, at[dim])
 
 
 def _skinny_mm(ctx: Ctx, a, b, dtype: torch.dtype | None = None) -> StridedView:

@@ -347,8 +347,8 @@ class GraphLowering:
 
     def _in_eager_layout(self, a, fx, reads: list):
         """``a`` (an extern's argument, from FX argument ``fx``) with each tensor in eager's
-        strides where ours differ or its last dim is not contiguous: a copy laid out as
-        ``fx``'s value (row-major when that is not one dense block)."""
+        strides where ours differ or its last dim is not contiguous (a copy laid out as
+        ``fx``'s value)."""
         if isinstance(a, (list, tuple)):
             fxs = fx if isinstance(fx, (list, tuple)) and len(fx) == len(a) else [None] * len(a)
             return type(a)(self._in_eager_layout(x, f, reads) for x, f in zip(a, fxs))
@@ -359,11 +359,16 @@ class GraphLowering:
             ir.same(a.stride[-1], sympy.Integer(1))
         if unit_last and _same_layout(a, val):
             return a
-        out = Lazy(a.dtype, list(a.size), a.load)
-        out.layout = dense_order(val, len(a.size))
-        v = self.realize(out)
+        v = self._in_layout_of(a, val)
         reads.append(v.buf)
         return v
+
+    def _in_layout_of(self, v: StridedView, val) -> StridedView:
+        """A copy of ``v`` laid out as eager's ``val`` (row-major when that is not one dense
+        block)."""
+        out = Lazy(v.dtype, list(v.size), v.load)
+        out.layout = dense_order(val, len(v.size))
+        return self.realize(out)
 
     def _copy_into_input(self, node: FxNode, dst, src, non_blocking=False):
         """``copy_(input, value)`` (AOTAutograd's input mutation epilogue) as a pointwise node
@@ -477,9 +482,7 @@ class GraphLowering:
                 self._fresh(v.buf) and not _same_layout(v, meta_val(node)):
             # a buffer laid out our way: handed out in eager's layout, which AOTAutograd's
             # view replay on outputs assumes
-            out = Lazy(v.dtype, list(v.size), v.load)
-            out.layout = dense_order(meta_val(node), len(v.size))
-            return self.realize(out)
+            return self._in_layout_of(v, meta_val(node))
         return v
 
     def _fresh(self, buf) -> bool:
