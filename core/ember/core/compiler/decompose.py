@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 from collections import Counter
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
-from torch.utils._python_dispatch import _disable_current_modes
 
 from ember.core.logs import get_logger
 
@@ -47,62 +45,11 @@ _KEEP = {
     aten._unsafe_index.Tensor,
 }
 
-
-def _linspace(start, end, steps, *, dtype=None, layout=torch.strided, device=None,
-              pin_memory=False, requires_grad=False):
-    """linspace to an integer dtype on CPU as ATen computes it: both ends truncated first, a
-    float64 step, the first half counted up from start and the rest down from end, each value
-    one multiply-add, fused or not as eager's kernel is. torch's decomposition keeps the
-    fractional ends and steps in float32: off by one here and there."""
-    kw = {"layout": layout, "device": device, "pin_memory": pin_memory,
-          "requires_grad": requires_grad}
-    ends = (start, end)
-    if (dtype is None or dtype.is_floating_point or dtype.is_complex or dtype == torch.bool
-            or torch.device(device or "cpu").type != "cpu" or steps < 2
-            or not all(_real_end(v) for v in ends)):
-        return _TORCH_LINSPACE(start, end, steps, dtype=dtype, **kw)
-    # eager reads a tensor end as a number (``item``), then converts it to the dtype
-    lo, hi = (v.to(torch.float64).trunc() if isinstance(v, torch.Tensor) else math.trunc(v)
-              for v in ends)
-    step = (hi - lo) / (steps - 1)
-    idx = torch.arange(steps, dtype=torch.float64, device=device)
-    madd = _fused_madd if _eager_linspace_fuses() else (lambda a, b, c: a * b + c)
-    out = torch.where(idx < steps // 2, madd(step, idx, lo), madd(-step, steps - 1 - idx, hi))
-    return out.to(dtype)
-
-
-def _real_end(v) -> bool:
-    if isinstance(v, torch.Tensor):
-        return v.dim() == 0 and not v.is_complex()
-    return isinstance(v, (int, float)) and math.isfinite(v)
-
-
-def _fused_madd(a, b: torch.Tensor, c) -> torch.Tensor:
-    """a * b + c in float64 rounded once, as an FMA instruction gives it: Dekker's exact
-    product and Knuth's two-sum (our C++ is built without FP contraction, so these hold)."""
-    def split(x):  # x == hi + lo exactly, each with at most 26 significant bits
-        big = x * 134217729.0  # 2**27 + 1
-        hi_ = big - (big - x)
-        return hi_, x - hi_
-    ah, al = split(a)
-    bh, bl = split(b)
-    p = a * b
-    err = ((ah * bh - p) + ah * bl + al * bh) + al * bl
-    s = p + c
-    back = s - p
-    return s + (((p - (s - back)) + (c - back)) + err)
-
-
-@functools.lru_cache(maxsize=1)
-def _eager_linspace_fuses() -> bool:
-    """Does eager's CPU linspace kernel round ``end - step * k`` once (built with FMA
-    contraction, as ATen's AVX2 and AVX-512 kernels are) or twice (its baseline kernel)?
-    Asked of eager itself on a case where the two differ."""
-    with _disable_current_modes():
-        return int(torch.linspace(-82, 32, 29, dtype=torch.int64)[14]) == -24
-
-
-_TORCH_LINSPACE = core_aten_decompositions()[aten.linspace.default]  # all overloads: one function
+# Evenly spaced values stay ATen's (extern): eager's CPU kernels split at ``steps // 2`` and
+# count the second half down from the end, each value one fused multiply-add where the kernel
+# was built with FMA, and arange's vector path rounds each vector's first value on its own, so
+# the last bits depend on the instruction set; torch's decompositions miss them by an ulp or more.
+_ATEN_SPACING = {aten.linspace, aten.logspace}
 
 
 @functools.lru_cache(maxsize=1)
@@ -112,12 +59,11 @@ def decomposition_table() -> dict:
     table.update(get_decompositions(_EXTRA))
     for op in _KEEP:
         table.pop(op, None)
-    for overload in ("default", "Tensor_Tensor", "Tensor_Scalar", "Scalar_Tensor"):
-        table[getattr(aten.linspace, overload)] = _linspace
     # torch's SDPA decompositions gave wrong q/k/v gradients for nn.TransformerEncoderLayer
-    # trained with mse_loss (torch 2.13); attention stays extern until our pattern rewrite.
+    # trained with mse_loss (torch 2.13); attention stays extern until our pattern rewrite,
+    # and so do the evenly spaced values.
     for op in list(table):
-        if "scaled_dot_product" in str(op):
+        if "scaled_dot_product" in str(op) or getattr(op, "overloadpacket", op) in _ATEN_SPACING:
             table.pop(op)
     log.debug("decomposition table: %d ATen overloads (%d composite ops of ours, %d kept whole)",
               len(table), len(_EXTRA), len(_KEEP))

@@ -44,6 +44,7 @@ EXTERN_OPS = {
     aten._scaled_dot_product_flash_attention_for_cpu,
     aten._scaled_dot_product_flash_attention_for_cpu_backward, aten.randint, aten.randperm,
     aten.copy_,  # input mutations AOTAutograd keeps in inference graphs
+    aten.linspace, aten.logspace, aten.arange,  # eager's rounding (a float arange may decline)
     aten._linalg_check_errors,  # linalg's error checks (under with_effects)
     *((torch.ops.mkldnn._convolution_pointwise,)  # prepacked convolutions (freezing)
       if hasattr(torch.ops.mkldnn, "_convolution_pointwise") else ()),

@@ -243,6 +243,9 @@ def _full(ctx, *args, **_kwargs):
 
 @register(aten.arange, prims.iota)
 def _arange(ctx, *args, **kwargs):
+    """Integer steps as index arithmetic. A floating arange is ATen's (``Decline``) unless every
+    value is an integer the dtype holds exactly: eager computes fractional ones in a wider type
+    and rounds each vector's first value on its own, so their last bits depend on the ISA."""
     packet = ctx.node.target._overloadpacket
     if packet is prims.iota:
         start, step = kwargs["start"], kwargs["step"]
@@ -250,16 +253,23 @@ def _arange(ctx, *args, **kwargs):
         start, step = 0, 1
     else:
         start, step = args[0], (args[2] if len(args) > 2 else kwargs.get("step", 1))
-    if ctx.dtype.is_floating_point and any(isinstance(v, float) for v in (start, step)):
-        dtype = ctx.dtype
-        return Lazy(dtype, ctx.size, lambda i: op(
-            "add", dtype, const(start, dtype),
-            op("mul", dtype, cast(ir.Index(torch.int64, i[0]), dtype), const(step, dtype))))
-    expr_start, expr_step = sym(int(start)) if not isinstance(start, sympy.Expr) else start, \
-        sym(int(step)) if not isinstance(step, sympy.Expr) else step
     dtype = ctx.dtype
+    if dtype.is_floating_point and not _exact_float_arange(start, step, ctx.size[0], dtype):
+        raise Decline
+    expr_start, expr_step = (v if isinstance(v, sympy.Expr) else sym(int(v))
+                             for v in (start, step))
     return Lazy(dtype, ctx.size,
                 lambda i: cast(ir.Index(torch.int64, expr_start + i[0] * expr_step), dtype))
+
+
+def _exact_float_arange(start, step, n, dtype: torch.dtype) -> bool:
+    """Static integer start, step and length whose values ``dtype`` represents exactly."""
+    vals = (start, step, n)
+    if not all(isinstance(v, (int, float, sympy.Integer)) and float(v).is_integer()
+               for v in vals):
+        return False
+    last = int(start) + (int(n) - 1) * int(step)
+    return max(abs(int(start)), abs(last)) <= 2 / torch.finfo(dtype).eps
 
 
 @register(aten.permute, prims.transpose)
