@@ -48,6 +48,23 @@ def test_bfloat16_store_rounds_like_eager_bitwise(ecompile):
         assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
 
 
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_conversion_to_16bit_rounds_inside_fused_kernels(ecompile, dtype):
+    """Kernels compute 16-bit floats in float32, but an explicit conversion to one must round
+    where its reader is fused: ``x.to(bf16).float()`` returned ``x`` unchanged (fake
+    quantization was a no-op) and ``(x.to(bf16) * k).long()`` was off by one."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.randn(2000, generator=g) * 3, torch.tensor([1e5, -7e4, 65520.0])])
+    i = torch.arange(-3000, 3000, 7, dtype=torch.int32)
+    fn = lambda x, i: (x.to(dtype).float(), (x.to(dtype).float() * 37.3).long(),
+                       x.double().to(dtype).double() * 3, i.to(dtype).float() + 0.5,
+                       x.half().to(dtype).float(), torch.empty_like(x).copy_(
+                           torch.empty_like(x, dtype=dtype).copy_(x)) * 2)
+    for got, want in zip(ecompile(fn)(x, i), fn(x, i)):
+        assert got.dtype == want.dtype
+        assert torch.equal(got, want)
+
 def _binary_float(a, b):
     return (a + b, a - b, a * b, a / b, torch.maximum(a, b), torch.minimum(a, b),
             a.abs() ** b, torch.atan2(a, b), torch.fmod(a, b), torch.remainder(a, b),

@@ -73,6 +73,10 @@ PRIMS: dict[str, Prim] = {
     "truncdiv": Prim(2, "math"),
     "isnan": Prim(1, "math"),
     "isinf": Prim(1, "math"),
+    # the nearest bfloat16 / float16 value, kept in the compute type: an explicit conversion
+    # to a 16-bit float whose value a kernel reads on without storing it
+    "round_bf16": Prim(1, "math"),
+    "round_fp16": Prim(1, "math"),
     # comparisons (operands in the promoted type, bool result)
     "eq": Prim(2, "compare"),
     "ne": Prim(2, "compare"),

@@ -55,6 +55,8 @@ TEMPLATES: dict[str, str] = {
     "bitwise_and": "({0} & {1})", "bitwise_or": "({0} | {1})", "bitwise_xor": "({0} ^ {1})",
     "bitwise_not": "(~{0})",
     "where": "tl.where({0}, {1}, {2})",
+    "round_bf16": "{0}.to(tl.bfloat16).to(tl.float32)",
+    "round_fp16": "{0}.to(tl.float16).to(tl.float32)",
 }
 for _f in ("exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan sinh cosh "
            "tanh asinh acosh atanh erf erfc floor ceil trunc").split():

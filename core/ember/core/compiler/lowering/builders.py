@@ -80,6 +80,29 @@ def bload(x, size: Sequence, index: Sequence, dtype: torch.dtype) -> ir.Expr:
     return cast(x.load(idx), dtype)
 
 
+def bload_converted(x, size: Sequence, index: Sequence, dtype: torch.dtype) -> ir.Expr:
+    """``bload`` for a conversion to ``dtype``: rounded as eager's (:func:`converted`)."""
+    if not isinstance(x, TensorValue):
+        return scalar_expr(x, dtype)
+    return converted(bload(x, size, index, x.dtype), x.dtype, dtype)
+
+
+# 16-bit float -> its rounding prim, and the source dtypes whose every value it holds exactly
+_ROUND_TO = {torch.bfloat16: "round_bf16", torch.float16: "round_fp16"}
+_EXACT_IN = {torch.bfloat16: {torch.bool, torch.int8, torch.uint8},
+             torch.float16: {torch.bool, torch.int8, torch.uint8}}
+
+
+def converted(e: ir.Expr, src: torch.dtype, dst: torch.dtype) -> ir.Expr:
+    """``e`` (a value of dtype ``src``) converted to ``dst`` as eager's conversion gives it.
+    Kernels compute 16-bit floats in float32, so a conversion to one rounds explicitly: a
+    fused reader (``x.to(torch.bfloat16).float()``, an autocast weight cast feeding a loop
+    matmul) must see eager's rounded value, not the wider one."""
+    if dst in _ROUND_TO and src != dst and src not in _EXACT_IN[dst]:
+        return ir.op(_ROUND_TO[dst], dst, cast(e, torch.float32))
+    return cast(e, dst)
+
+
 def _proto(x):
     """A stand-in for torch.result_type: 0-dim tensors and scalars promote weakly."""
     if isinstance(x, TensorValue):

@@ -28,7 +28,9 @@ from ember.core.compiler.lowering.builders import (
     Ctx,
     Decline,
     bload,
+    bload_converted,
     check_index,
+    converted,
     meta_val,
     norm_dim,
     pointwise,
@@ -208,7 +210,7 @@ def _copy_of(ctx, x: TensorValue, any_layout: bool) -> Lazy:
     """``x`` converted to the node's dtype as a fresh value; a view of ``x`` (its ``source``)
     where nothing changes: the same dtype, and ``any_layout`` or eager's strides already."""
     dtype = ctx.dtype
-    out = Lazy(dtype, ctx.size, lambda i: cast(x.load(i), dtype))
+    out = Lazy(dtype, ctx.size, lambda i: converted(x.load(i), x.dtype, dtype))
     if isinstance(x, StridedView) and x.dtype == dtype and (
             any_layout or all(ir.same(n, 1) or ir.same(a, sym(b))
                               for a, b, n in zip(x.stride, ctx.val.stride(), x.size))):
@@ -219,7 +221,7 @@ def _copy_of(ctx, x: TensorValue, any_layout: bool) -> Lazy:
 @register(aten.copy)
 def _copy(ctx, dst, src, non_blocking=False):
     dtype, size = ctx.dtype, ctx.size
-    return Lazy(dtype, size, lambda i: bload(src, size, i, dtype))
+    return Lazy(dtype, size, lambda i: bload_converted(src, size, i, dtype))
 
 
 @register(aten.full, aten.scalar_tensor, aten.full_like, aten.empty, aten.empty_like,
