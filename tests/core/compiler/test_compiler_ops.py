@@ -60,7 +60,8 @@ def test_conversion_to_16bit_rounds_inside_fused_kernels(ecompile, dtype):
     fn = lambda x, i: (x.to(dtype).float(), (x.to(dtype).float() * 37.3).long(),
                        x.double().to(dtype).double() * 3, i.to(dtype).float() + 0.5,
                        x.half().to(dtype).float(), torch.empty_like(x).copy_(
-                           torch.empty_like(x, dtype=dtype).copy_(x)) * 2)
+                           torch.empty_like(x, dtype=dtype).copy_(x)) * 2,
+                       x + torch.full_like(x, 1.7).to(dtype))   # a constant, rounded too
     for got, want in zip(ecompile(fn)(x, i), fn(x, i)):
         assert got.dtype == want.dtype
         assert torch.equal(got, want)
