@@ -89,12 +89,16 @@ def portable_level() -> str:
 
 def flags(name: str) -> list[str]:
     """The g++ flags for level ``name`` (already checked by ``selected``)."""
+    # -mtune=generic: the same code whichever machine builds it, so a cache shared between
+    # machines hands each one what it would have built itself. Native builds too: g++ 12's
+    # cost model for -mtune=znver3 (what -march=native implies on AMD Zen 3) vectorizes a
+    # concatenation's clamped int64 gathers wrongly (one element per row read as 0: bicubic
+    # upsampling 7x1 -> 29x1 was off by up to 5e4); generic tuning vectorizes it right.
     if name == "native":
         wide = {"avx512f", "avx512vl"} <= cpu_flags()
-        return ["-march=native"] + (["-mprefer-vector-width=512"] if wide else [])
+        return ["-march=native", "-mtune=generic"] + \
+            (["-mprefer-vector-width=512"] if wide else [])
     level = LEVELS[name]
-    # -mtune=generic: the same code whichever machine builds it, so a cache shared between
-    # machines hands each one what it would have built itself
     return [f"-march={level.march}", "-mtune=generic"] + \
         (["-mprefer-vector-width=512"] if level.wide_vectors else [])
 
