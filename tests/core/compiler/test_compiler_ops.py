@@ -66,6 +66,20 @@ def test_conversion_to_16bit_rounds_inside_fused_kernels(ecompile, dtype):
         assert got.dtype == want.dtype
         assert torch.equal(got, want)
 
+
+def test_new_tensor_factories_are_kernels_not_eager_ops(ecompile):
+    """``x.new_empty_strided`` (swin_v2's training graph) and the other ``new_*`` factories
+    lower like their plain forms; new_empty_strided ran in eager ATen."""
+    from ember.core.compiler import explain
+
+    fn = lambda x: (x.new_zeros((3, 4)) + x.new_ones((3, 4)) * 2 + x.new_full((3, 4), 1.5) + x,
+                    x.new_empty_strided((4, 3), (1, 4)).fill_(3.0) * x.t(),
+                    x.new_empty((2,)).zero_() + 1)
+    x = torch.randn(3, 4)
+    for got, want in zip(ecompile(fn)(x), fn(x)):
+        assert torch.equal(got, want) and got.stride() == want.stride()
+    assert not explain(fn, x).fallback_ops
+
 def _binary_float(a, b):
     return (a + b, a - b, a * b, a / b, torch.maximum(a, b), torch.minimum(a, b),
             a.abs() ** b, torch.atan2(a, b), torch.fmod(a, b), torch.remainder(a, b),

@@ -226,16 +226,19 @@ def _copy(ctx, dst, src, non_blocking=False):
 
 @register(aten.full, aten.scalar_tensor, aten.full_like, aten.empty, aten.empty_like,
           aten.empty_permuted, aten.empty_strided, aten.zeros, aten.ones, aten.zeros_like,
-          aten.ones_like)
+          aten.ones_like, aten.new_empty, aten.new_empty_strided, aten.new_zeros,
+          aten.new_ones, aten.new_full)
 def _full(ctx, *args, **_kwargs):
     packet = ctx.node.target._overloadpacket
     if ctx.val.device.type != ctx.graph.device:
         raise Unsupported(f"factory off the graph's device ({ctx.graph.device})")
     if packet in (aten.full, aten.full_like):
         value = args[1]
+    elif packet is aten.new_full:
+        value = args[2]
     elif packet is aten.scalar_tensor:
         value = args[0]
-    elif packet in (aten.ones, aten.ones_like):
+    elif packet in (aten.ones, aten.ones_like, aten.new_ones):
         value = 1
     else:
         value = 0  # empty tensors: any content is valid
