@@ -279,11 +279,14 @@ class Buffer:
 
 
 class TensorValue:
+    """A lowered tensor: a ``StridedView`` of a buffer or a ``Lazy`` expression. Each kind
+    defines ``load``; this base is only their common type."""
+
     dtype: torch.dtype
     size: list
 
     def load(self, index: Sequence) -> Expr:
-        raise NotImplementedError
+        raise NotImplementedError  # abstract: StridedView and Lazy override it
 
 
 @dataclass(eq=False)

@@ -95,12 +95,10 @@ def flags(name: str) -> list[str]:
     # concatenation's clamped int64 gathers wrongly (one element per row read as 0: bicubic
     # upsampling 7x1 -> 29x1 was off by up to 5e4); generic tuning vectorizes it right.
     if name == "native":
-        wide = {"avx512f", "avx512vl"} <= cpu_flags()
-        return ["-march=native", "-mtune=generic"] + \
-            (["-mprefer-vector-width=512"] if wide else [])
-    level = LEVELS[name]
-    return [f"-march={level.march}", "-mtune=generic"] + \
-        (["-mprefer-vector-width=512"] if level.wide_vectors else [])
+        march, wide = "native", {"avx512f", "avx512vl"} <= cpu_flags()
+    else:
+        march, wide = LEVELS[name].march, LEVELS[name].wide_vectors
+    return [f"-march={march}", "-mtune=generic"] + (["-mprefer-vector-width=512"] if wide else [])
 
 
 def compiler_features(cxx: str) -> list[str]:
