@@ -1,5 +1,6 @@
-"""Nearest upsampling against eager where eager's 2-D CPU kernels ignore the scale (an output
-of the input's size or twice it) and torch's decomposition does not (``eager_parity``)."""
+"""Upsampling against eager where eager's CPU kernels ignore the scale (nearest 2-D: an output
+of the input's size or twice it; linear modes: the input's size) and torch's decompositions
+do not (``eager_parity``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import math
 import random
 import shutil
+from collections import Counter
 
 import pytest
 import torch
@@ -15,54 +17,68 @@ from torch import nn
 
 from ember.core.compiler import eager_parity
 
-# (input spatial size, scale_factor): each holds a dimension whose output is exactly 2x or 1x
-# the input while the scale is not 2 or 1 (3 * 2.3 -> 6, 4 * 1.1 -> 4, 10 * 2.05 -> 20)
-SHORTCUTS = [((3, 4), (2.3, 1.1)), ((10,), 2.05), ((4, 9), 1.2), ((5, 3, 7), (2.1, 2.5, 0.9)),
-             ((3, 4), (2.3, 3.0))]
+# (mode, input spatial size, scale_factor): each holds a dimension whose output is exactly 2x
+# or 1x the input while the scale is not 2 or 1 (3 * 2.3 -> 6, 4 * 1.1 -> 4, 10 * 2.05 -> 20)
+SHORTCUTS = [("nearest", (3, 4), (2.3, 1.1)), ("nearest", (10,), 2.05), ("nearest", (4, 9), 1.2),
+             ("nearest", (5, 3, 7), (2.1, 2.5, 0.9)), ("nearest", (3, 4), (2.3, 3.0)),
+             ("linear", (5,), 1.15), ("bilinear", (11, 2), (0.73, 1.43)),
+             ("bilinear", (5, 4), (1.1, 1.1)), ("bilinear", (3, 4), (2.3, 1.2)),
+             ("trilinear", (4, 5, 3), (1.2, 2.1, 1.3)), ("bicubic", (5, 4), (1.1, 1.7))]
 
 
 def _eager_and_compiled(ecompile, fn, *args, **kwargs):
     return fn(*args), ecompile(fn, **kwargs)(*args)
 
 
-@pytest.mark.parametrize("size,scale", SHORTCUTS, ids=str)
-def test_nearest_scale_shortcuts_match_eager(ecompile, size, scale):
-    fn = lambda x: F.interpolate(x, mode="nearest", scale_factor=scale) * 1
+@pytest.mark.parametrize("mode,size,scale", SHORTCUTS, ids=str)
+def test_scale_shortcuts_match_eager(ecompile, mode, size, scale):
+    fn = lambda x: F.interpolate(x, mode=mode, scale_factor=scale) * 1
     x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(0))
     ref, out = _eager_and_compiled(ecompile, fn, x)
-    assert torch.equal(out, ref)
+    if mode == "nearest":
+        assert torch.equal(out, ref)
+    else:
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
 
 
-def test_decomposition_alone_differs_from_eager():
-    """The case the rewrite exists for (if torch's decomposition learns eager's shortcut, this
-    fails and the rewrite can go)."""
+def test_decompositions_alone_differ_from_eager():
+    """The cases the rewrite exists for (if torch's decompositions learn eager's shortcuts,
+    this fails and the rewrite can go)."""
+    table, aten = torch._decomp.decomposition_table, torch.ops.aten
     x = torch.randn(1, 1, 3, 4)
-    decomposed = torch._decomp.decomposition_table[torch.ops.aten.upsample_nearest2d.vec](
-        x, None, [2.3, 1.0])
-    assert not torch.equal(decomposed, torch.ops.aten.upsample_nearest2d.vec(x, None, [2.3, 1.0]))
+    for op, args in ((aten.upsample_nearest2d.vec, (None, [2.3, 1.0])),
+                     (aten.upsample_bilinear2d.vec, (None, False, [1.0, 1.1]))):
+        assert not torch.allclose(table[op](x, *args), op(x, *args)), op
 
 
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
 @pytest.mark.parametrize("layout", ["channels_last", "uint8"])
-def test_nearest_shortcut_in_other_layouts_and_dtypes(ecompile, layout):
+def test_shortcut_in_other_layouts_and_dtypes(ecompile, layout, mode):
     x = torch.randn(2, 5, 6, 7)
     x = x.to(memory_format=torch.channels_last) if layout == "channels_last" \
         else (x * 50 + 100).clamp(0, 255).to(torch.uint8)
-    fn = lambda x: F.interpolate(x, scale_factor=(2.1, 1.05))
+    fn = lambda x: F.interpolate(x, scale_factor=(2.1, 1.05), mode=mode)
     ref, out = _eager_and_compiled(ecompile, fn, x)
-    assert torch.equal(out, ref)
+    if mode == "nearest":
+        assert torch.equal(out, ref)
+    elif layout == "uint8":  # eager's uint8 bilinear weights are fixed point: 1 off at times
+        torch.testing.assert_close(out, ref, atol=1, rtol=0)
+    else:
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
 
 
-def test_nearest_shortcut_gradients_match_eager(ecompile):
-    w = torch.randn(1, 4, 9, 6)
+@pytest.mark.parametrize("mode,scale", [("nearest", (2.3, 2.1)), ("bilinear", (2.3, 1.1))])
+def test_shortcut_gradients_match_eager(ecompile, mode, scale):
+    w = torch.randn(1, 4, 9, math.floor(3 * scale[1]))
 
     def fn(x):
-        return (F.interpolate(x, scale_factor=(2.3, 2.1)) * w).sum()
+        return (F.interpolate(x, scale_factor=scale, mode=mode) * w).sum()
 
     x = torch.randn(1, 4, 4, 3, requires_grad=True)  # 4 -> 9 (plain), 3 -> 6 (shortcut)
     x2 = x.detach().clone().requires_grad_()
     fn(x).backward()
     ecompile(fn)(x2).backward()
-    assert torch.equal(x2.grad, x.grad)
+    torch.testing.assert_close(x2.grad, x.grad, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("call", ["module", "upsample_nearest", "aten_vec", "aten_default"])
@@ -88,69 +104,77 @@ def test_dynamic_sizes_take_the_shortcut_where_eager_does(ecompile):
         assert torch.equal(fn(x), F.interpolate(x, scale_factor=2.3) * 1), rows
 
 
-def test_random_nearest_upsamplings_match_eager(ecompile):
+def test_random_upsamplings_match_eager(ecompile):
     """Sizes and scales nobody picked, near the shortcut ratios and away from them."""
     rng = random.Random(0)
-    checked = shortcut = 0
-    while checked < 24:
+    checked, rewritten = 0, Counter()
+    while checked < 30:
         ndim = rng.choice([1, 2, 3])
         size = [rng.randint(1, 12) for _ in range(ndim)]
-        scale = [round(rng.choice([1, 2]) + rng.uniform(-0.3, 0.45), rng.choice([1, 2, 3]))
-                 for _ in range(ndim)]
-        out_size = [math.floor(n * s) for n, s in zip(size, scale)]
-        if min(out_size) < 1:
+        scale = tuple(round(rng.choice([1, 2]) + rng.uniform(-0.3, 0.45), rng.choice([1, 2, 3]))
+                      for _ in range(ndim))
+        if min(math.floor(n * s) for n, s in zip(size, scale)) < 1:
             continue
-        mode = rng.choice(["nearest", "nearest-exact"])
-        fn = lambda x, scale=tuple(scale), mode=mode: F.interpolate(x, scale_factor=scale,
-                                                                 mode=mode) * 1
+        linear = {1: "linear", 2: "bilinear", 3: "trilinear"}[ndim]
+        mode = rng.choice(["nearest", "nearest-exact", linear, linear, "area"])
+        fn = lambda x, scale=scale, mode=mode: F.interpolate(x, scale_factor=scale,
+                                                             mode=mode) * 1
         x = torch.randn(1, 2, *size)
+        before = Counter(eager_parity.stats)
         ref, out = _eager_and_compiled(ecompile, fn, x)
-        assert torch.equal(out, ref), (mode, size, scale)
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5, msg=str((mode, size, scale)))
+        if mode.startswith("nearest"):
+            assert torch.equal(out, ref), (mode, size, scale)
         checked += 1
-        shortcut += any(o in (n, 2 * n) and s not in (1, 2)
-                        for n, o, s in zip(size, out_size, scale)) and mode == "nearest"
-    assert shortcut >= 3  # the draw exercised the rewrite
+        rewritten.update(Counter(eager_parity.stats) - before)
+    assert rewritten["nearest"] >= 2 and rewritten["linear"] >= 2, rewritten  # exercised
 
 
 def test_only_kernels_that_take_the_shortcut_are_matched():
-    scales = eager_parity.eager_nearest_scales
-    assert scales(torch.empty(1, 1, 3, 4), None, [2.3, 1.1]) == [2.0, 1.0]
-    assert scales(torch.empty(1, 1, 3, 4), [6, 4], [None, 1.1]) == [None, 1.0]
-    assert scales(torch.empty(1, 1, 3, 4, device="meta"), None, [2.3, 1.1]) == [2.3, 1.1]
-    assert scales(torch.empty(1, 1, 3), None, [2.3]) == [2.3]
-    assert scales(torch.empty(1, 1, 3, 4, 4), None, [2.3, 1.1, 2.0]) == [2.3, 1.1, 2.0]
+    nearest = lambda *a: eager_parity.eager_scales("nearest", *a)
+    linear = lambda *a: eager_parity.eager_scales("linear", *a)
+    assert nearest(torch.empty(1, 1, 3, 4), None, [2.3, 1.1]) == [2.0, 1.0]
+    assert nearest(torch.empty(1, 1, 3, 4), [6, 4], [None, 1.1]) == [None, 1.0]
+    assert nearest(torch.empty(1, 1, 3, 4, device="meta"), None, [2.3, 1.1]) == [2.3, 1.1]
+    assert nearest(torch.empty(1, 1, 3), None, [2.3]) == [2.3]
+    assert nearest(torch.empty(1, 1, 3, 4, 4), None, [2.3, 1.1, 2.0]) == [2.3, 1.1, 2.0]
+    assert linear(torch.empty(1, 1, 3, 4), None, [2.3, 1.1]) == [2.3, 1.0]
+    assert linear(torch.empty(1, 1, 3), None, [1.2]) == [1.0]
 
 
-@pytest.mark.parametrize("ndim", [1, 3])
-def test_1d_and_3d_gradients_are_the_gradient_of_the_forward(ecompile, ndim):
-    """Eager's 1-D and 3-D CPU forwards use the scale but their backwards take the 2x shortcut,
-    so eager's gradient is not its forward's (gradcheck fails on eager). The compiled
-    gradient is the forward's, and the forward equals eager's."""
-    scale = (2.05,) + (1.0,) * (ndim - 1)
-    fn = lambda x: F.interpolate(x, scale_factor=scale)
-    x = torch.randn(1, 2, 10, *([2] * (ndim - 1)), dtype=torch.float64, requires_grad=True)
+@pytest.mark.parametrize("mode,size,scale", [("nearest", (10,), 2.05),
+                                             ("nearest", (10, 2, 2), (2.05, 1.0, 1.0)),
+                                             ("bicubic", (5, 5), 1.1)], ids=str)
+def test_gradients_are_the_gradient_of_the_forward(ecompile, mode, size, scale):
+    """Where eager's backward takes a shortcut its forward does not (nearest 1-D and 3-D at
+    2x; bicubic with every size unchanged), eager's gradient is not its forward's (gradcheck
+    fails on eager). The compiled gradient is the forward's, and the forward equals eager's."""
+    fn = lambda x: F.interpolate(x, scale_factor=scale, mode=mode)
+    x = torch.randn(1, 2, *size, dtype=torch.float64, requires_grad=True)
     compiled = ecompile(fn)
-    assert torch.equal(compiled(x), fn(x))
+    torch.testing.assert_close(compiled(x), fn(x), atol=1e-12, rtol=1e-12)
     assert torch.autograd.gradcheck(compiled, (x,))
     assert not torch.autograd.gradcheck(fn, (x,), raise_exception=False)
 
 
 class _Up(nn.Module):
-    def __init__(self, scale):
+    def __init__(self, scale, mode="nearest"):
         super().__init__()
-        self.scale = scale
+        self.scale, self.mode = scale, mode
 
     def forward(self, x):
-        return F.interpolate(x, scale_factor=self.scale) + 1
+        return F.interpolate(x, scale_factor=self.scale, mode=self.mode) + 1
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
-def test_ahead_of_time_package_matches_eager(tmp_path):
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_ahead_of_time_package_matches_eager(tmp_path, mode):
     from ember.core import aot
 
     x = torch.randn(1, 3, 3, 4)
-    path = aot.aot_compile(_Up((2.3, 1.1)), (x,), path=str(tmp_path / "up.pt2"))
-    assert torch.equal(aot.aot_load(path)(x), _Up((2.3, 1.1))(x))
+    path = aot.aot_compile(_Up((2.3, 1.1), mode), (x,), path=str(tmp_path / "up.pt2"))
+    torch.testing.assert_close(aot.aot_load(path)(x), _Up((2.3, 1.1), mode)(x), atol=1e-6,
+                               rtol=1e-6)
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")

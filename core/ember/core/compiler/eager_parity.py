@@ -2,15 +2,18 @@
 two index differently. Applied to TorchDynamo's graph before AOTAutograd (``apply``) and, for
 ``torch.export`` graphs, as decompositions (``decompositions``).
 
-Nearest upsampling given a scale: eager's 2-D CPU kernels (forward and backward) read output
-index ``i`` of a dimension whose output has the input's size at ``i``, and of one twice the
-input's size at ``i >> 1``, whatever the scale. torch's decomposition computes
-``floor(i / scale)`` and runs at the autograd key, before any decomposition table is consulted:
-``scale_factor=2.3`` on 3 rows (6 out) reads rows 0,0,0,1,1,2 where eager reads 0,0,1,1,2,2.
-Given a scale of exactly 1 or 2 for those dimensions, both compute eager's indices, and the
-output size stays what it was. Eager's 1-D and 3-D CPU forwards use the scale (as the
-decomposition does; their backwards take the shortcut, so they are not the gradient of their
-forward there); other devices are left alone.
+Upsampling given a scale: eager's CPU kernels ignore the scale along a dimension whose output
+size is a small multiple of the input's, and torch's decompositions (which run at the autograd
+key, before any decomposition table is consulted) do not:
+- nearest, 2-D: an output of the input's size reads index ``i``, one of twice it ``i >> 1``
+  (``scale_factor=2.3`` on 3 rows, 6 out: eager reads rows 0,0,1,1,2,2, the decomposition
+  0,0,0,1,1,2). Eager's 1-D and 3-D forwards use the scale (their backwards take the shortcut,
+  so they are not their forward's gradient there).
+- linear, bilinear, trilinear (``align_corners=False``, no antialias): an output of the input's
+  size copies that dimension (``scale_factor=1.1`` on 5 columns interpolates in the
+  decomposition).
+Given a scale of exactly that ratio for those dimensions, both compute eager's values, and the
+output size stays what it was. Other devices are left alone.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections import Counter
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -30,12 +34,15 @@ from ember.core.logs import get_logger
 log = get_logger("decompose")
 aten = torch.ops.aten
 
-# Process-wide count of rewritten calls (tests read it).
+# Process-wide count of scales replaced, by kind (tests read it).
 stats: Counter = Counter()
 
-# (device type, spatial dimensions) -> output/input size ratios its nearest kernel indexes
-# without the scale (measured on CPU; CUDA's kernels are not known to the same precision)
-_NEAREST_SHORTCUTS = {("cpu", 2): (1, 2)}
+# (kind, device type, spatial dimensions) -> the output/input size ratios at which eager's
+# kernel ignores the scale (measured on CPU; CUDA's kernels are not known to that precision)
+_SHORTCUTS = {("nearest", "cpu", 2): (1, 2), ("linear", "cpu", 1): (1,),
+              ("linear", "cpu", 2): (1,), ("linear", "cpu", 3): (1,)}
+
+_LINEAR_MODES = {"linear": 1, "bilinear": 2, "trilinear": 3}
 
 
 class UndecidableSizeError(RuntimeError):
@@ -72,12 +79,13 @@ def _equal(a, b, what: str) -> bool:
     return bool(a == b)  # guards on the outcome
 
 
-def eager_nearest_scales(input: torch.Tensor, output_size, scales) -> list:
-    """``scales`` (one per spatial dimension, None where none was given) with exactly 1.0 or 2.0
-    where the output size makes eager's kernel for ``input`` ignore the scale. With symbolic
-    sizes the test guards on its outcome (``without_guards``: raises)."""
+def eager_scales(kind: str, input: torch.Tensor, output_size, scales) -> list:
+    """``scales`` (one per spatial dimension, None where none was given) with the exact ratio
+    where the output size makes eager's ``kind`` ("nearest" or "linear") kernel for ``input``
+    ignore the scale. With symbolic sizes the test guards on its outcome (``without_guards``:
+    raises)."""
     spatial = input.shape[2:]
-    shortcuts = _NEAREST_SHORTCUTS.get((input.device.type, len(spatial)), ())
+    shortcuts = _SHORTCUTS.get((kind, input.device.type, len(spatial)), ())
     if not shortcuts:
         return list(scales)
     if output_size is None:
@@ -88,11 +96,11 @@ def eager_nearest_scales(input: torch.Tensor, output_size, scales) -> list:
             # floor(n * s) == ratio * n needs ratio <= s < ratio + 1 (n >= 1)
             if s is None or s == ratio or not ratio <= s < ratio + 1:
                 continue
-            if _equal(out, ratio * n, f"whether nearest upsampling's spatial dimension {d} "
+            if _equal(out, ratio * n, f"whether {kind} upsampling's spatial dimension {d} "
                       f"(size {n}, scale {s}) gives exactly {ratio}x the input, where eager's "
                       f"kernel ignores the scale"):
                 s = float(ratio)
-                stats["nearest_scale"] += 1
+                stats[kind] += 1
                 break
         fixed.append(s)
     return fixed
@@ -104,15 +112,24 @@ def _scale_list(scale_factor, ndim: int) -> list | None:
     return [scale_factor] * ndim
 
 
+def _interpolate_kind(mode: str, ndim: int, align_corners, antialias) -> str | None:
+    if mode == "nearest":
+        return "nearest"
+    if _LINEAR_MODES.get(mode) == ndim and not align_corners and not antialias:
+        return "linear"
+    return None
+
+
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None, antialias=False):
-    """``F.interpolate`` with the scales of ``eager_nearest_scales`` for mode "nearest"."""
-    if (mode == "nearest" and size is None and scale_factor is not None
-            and not recompute_scale_factor and isinstance(input, torch.Tensor)
-            and input.dim() >= 3):
-        scales = _scale_list(scale_factor, input.dim() - 2)
-        if scales is not None:  # else F.interpolate raises its own error
-            scale_factor = tuple(eager_nearest_scales(input, None, scales))
+    """``F.interpolate`` with the scales of ``eager_scales``."""
+    if (size is None and scale_factor is not None and not recompute_scale_factor
+            and isinstance(input, torch.Tensor) and input.dim() >= 3):
+        ndim = input.dim() - 2
+        kind = _interpolate_kind(mode, ndim, align_corners, antialias)
+        scales = _scale_list(scale_factor, ndim)
+        if kind is not None and scales is not None:  # else F.interpolate decides or raises
+            scale_factor = tuple(eager_scales(kind, input, None, scales))
     return F.interpolate(input, size, scale_factor, mode, align_corners,
                          recompute_scale_factor, antialias)
 
@@ -127,45 +144,52 @@ def upsample_nearest(input, size=None, scale_factor=None):
     return interpolate(input, size, scale_factor, "nearest")
 
 
-def _is_vec_call(args) -> bool:
-    """``upsample_nearestNd(input, output_size, scale_factors)`` (the ``.vec`` overload) rather
-    than ``(input, output_size, *scales)``."""
-    return len(args) == 3 and isinstance(args[2], (list, tuple))
+@dataclass(frozen=True)
+class _AtenUpsample:
+    """An ATen upsampling op: ``(input, output_size, [align_corners,] *scales)`` (``.default``)
+    or ``(input, output_size, [align_corners,] scale_factors)`` (``.vec``)."""
+
+    kind: str
+    first_scale: int  # where the scales start
+
+    def call_args(self, args) -> tuple:
+        input, scales = args[0], args[self.first_scale:]
+        if self.first_scale == 3 and args[2]:  # corners aligned: the scales are unused
+            return tuple(args)
+        if len(scales) == 1 and isinstance(scales[0], (list, tuple)):  # .vec
+            return (*args[:self.first_scale],
+                    eager_scales(self.kind, input, args[1], list(scales[0])))
+        scales = list(scales) + [None] * (input.dim() - 2 - len(scales))
+        return (*args[:self.first_scale], *eager_scales(self.kind, input, args[1], scales))
 
 
-def _aten_call(args):
-    """The arguments of a nearest upsampling ATen call, with eager's scales."""
-    input, output_size = args[0], args[1]
-    if _is_vec_call(args):
-        return (input, output_size, eager_nearest_scales(input, output_size, list(args[2])))
-    ndim = input.dim() - 2
-    scales = list(args[2:]) + [None] * (ndim - len(args[2:]))
-    return (input, output_size, *eager_nearest_scales(input, output_size, scales))
+_ATEN_UPSAMPLES = {**{getattr(aten, f"upsample_nearest{n}d"): _AtenUpsample("nearest", 2)
+                      for n in (1, 2, 3)},
+                   aten.upsample_linear1d: _AtenUpsample("linear", 3),
+                   aten.upsample_bilinear2d: _AtenUpsample("linear", 3),
+                   aten.upsample_trilinear3d: _AtenUpsample("linear", 3)}
 
 
-def _with_eager_scales(fn, name: str):
-    """``fn`` (an ATen nearest upsampling op, or torch's decomposition of one) called with
-    eager's scales."""
+def _with_eager_scales(fn, op: _AtenUpsample, name: str):
+    """``fn`` (an ATen upsampling op, or torch's decomposition of one) called with eager's
+    scales."""
     def call(*args, **kwargs):
-        if kwargs or not args or not isinstance(args[0], torch.Tensor):
+        if kwargs or len(args) < 3 or not isinstance(args[0], torch.Tensor):
             return fn(*args, **kwargs)
-        return fn(*_aten_call(args))
+        return fn(*op.call_args(args))
 
     call.__name__ = call.__qualname__ = f"{name}_with_eager_scales"
     return call
 
 
-_NEAREST_ATEN = [getattr(aten, f"upsample_nearest{n}d") for n in (1, 2, 3)]
-
-
 def _torch_level_rewrites() -> dict:
     table = {F.interpolate: interpolate, F.upsample: upsample,
              F.upsample_nearest: upsample_nearest}
-    for packet in _NEAREST_ATEN:
+    for packet, op in _ATEN_UPSAMPLES.items():
         name = packet._qualified_op_name.split("::")[-1]
         for target in (packet, packet.vec, packet.default, getattr(torch._C._nn, name, None)):
             if target is not None:
-                table[target] = _with_eager_scales(target, name)
+                table[target] = _with_eager_scales(target, op, name)
     return table
 
 
@@ -173,7 +197,7 @@ _REWRITES = _torch_level_rewrites()
 
 
 def apply(gm: GraphModule) -> GraphModule:
-    """Point the graph's nearest-upsampling calls at their eager-scale versions (the choice is
+    """Point the graph's upsampling calls at their eager-scale versions (the choice is
     made when AOTAutograd traces them, from the real sizes and device)."""
     rewritten = 0
     for node in gm.graph.nodes:
@@ -184,13 +208,23 @@ def apply(gm: GraphModule) -> GraphModule:
                 rewritten += 1
     if rewritten:
         gm.recompile()
-        log.debug("eager parity: %d nearest-upsampling calls take eager's scales", rewritten)
+        log.debug("eager parity: %d upsampling calls take eager's scales", rewritten)
     return gm
 
 
+def _torch_decomposition(overload):
+    return _torch_decompositions.get(overload) or overload.py_kernels.get(
+        torch._C.DispatchKey.CompositeImplicitAutograd)
+
+
 def decompositions() -> dict:
-    """ATen overload -> decomposition with eager's scales (``torch.export``'s
+    """ATen overload -> torch's decomposition given eager's scales (``torch.export``'s
     ``run_decompositions`` consults its table before these ops' own composite kernels)."""
-    ops = [op for packet in _NEAREST_ATEN for op in (packet.vec, packet.default)]
-    return {op: _with_eager_scales(_torch_decompositions[op], str(op).replace(".", "_"))
-            for op in ops}
+    table = {}
+    for packet, op in _ATEN_UPSAMPLES.items():
+        for overload in (packet.vec, packet.default):
+            decomposition = _torch_decomposition(overload)
+            if decomposition is not None:
+                table[overload] = _with_eager_scales(decomposition, op,
+                                                     str(overload).replace(".", "_"))
+    return table
