@@ -182,3 +182,18 @@ def test_interpolation_matches_eager(ecompile, case):
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     if mode.startswith("nearest"):
         assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("offsets,last", [([0], True), ([], False)], ids=["last_offset", "none"])
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_embedding_bag_without_bags(ecompile, offsets, last, mode):
+    """No bag at all: ATen's backward kernel reads outside its buffers (eager returns
+    uninitialised values; the compiled graph's contiguous empty gradient crashed Python). The
+    gradient is zero."""
+    weight = torch.randn(10, 3, requires_grad=True)
+    indices, offsets = torch.randint(0, 10, (11,)), torch.tensor(offsets, dtype=torch.int64)
+    fn = lambda w: F.embedding_bag(indices, w, offsets, mode=mode, include_last_offset=last)
+    out = ecompile(fn)(weight)
+    assert out.shape == fn(weight).shape == (0, 3)
+    out.sum().backward()
+    assert torch.equal(weight.grad, torch.zeros(10, 3))

@@ -779,6 +779,16 @@ def _embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, s
     return _gather_index(ctx, weight, [indices], wrap=False, check=True, what="embedding")
 
 
+@register(aten._embedding_bag_backward)
+def _embedding_bag_backward(ctx, grad, *args, **kwargs):
+    """No bag (``offsets`` of one element with ``include_last_offset``, or none): the gradient
+    is zero. ATen's kernel reads outside its buffers then (uninitialised values in eager, a
+    crash on a compiled graph's contiguous empty gradient); with bags it runs in ATen."""
+    if not sympy.sympify(grad.size[0]).is_zero or args[8:9] == (True,):  # sparse
+        raise Unsupported("embedding_bag's backward runs in ATen")
+    return Lazy(ctx.dtype, ctx.size, lambda i: scalar_expr(0, ctx.dtype))
+
+
 CAT_MAX_INPUTS = 8  # Triton's select gathers every input in every element: beyond, ATen's cat
 # from this many parts a cat is stored part by part even for pointwise readers: the select
 # gathers every part in every element, and 16-bit gathers do not vectorize (densenet's
