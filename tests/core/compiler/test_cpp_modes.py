@@ -136,3 +136,20 @@ def test_a_second_process_reads_the_tuned_winner_from_disk(fresh_cache):
                            capture_output=True, check=True).stdout.split() for _ in range(2)]
     assert int(runs[0][0]) >= 1  # the first process tunes
     assert runs[1] == ["0", runs[0][0]]  # the second only reads the cache
+
+
+@pytest.mark.parametrize("mode", ["default", "max-autotune"])
+def test_entries_of_more_arguments_than_ctypes_binds(ecompile, fresh_cache, monkeypatch, mode):
+    """Kernels and native entries of more arguments than ctypes binds (1024: an optimizer step
+    over 300 parameters) are called through a shim unpacking one array; here the limit is
+    lowered so that a small graph's entries take that path."""
+    monkeypatch.setattr(cpp_kernels, "CTYPES_MAX_ARGS", 3)
+    packed = []
+    real = cpp_kernels.packed_source
+    monkeypatch.setattr(cpp_kernels, "packed_source",
+                        lambda name, *a, **k: packed.append(name) or real(name, *a, **k))
+    x, w = torch.randn(48, 96), torch.randn(96, 96)
+    f = ecompile(_graph, mode=mode)
+    for out, r in zip(f(x, w), _graph(x, w)):
+        torch.testing.assert_close(out, r)
+    assert packed and (mode != "default" or any(n.startswith("seg_") for n in packed)), packed

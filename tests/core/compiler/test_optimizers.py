@@ -154,3 +154,29 @@ def test_step_under_modes_updates_once_per_call(mode):
     for a, b in zip(eager_p, ours_p):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
     torch._dynamo.reset()
+
+
+@pytest.mark.slow  # ~100 s: Dynamo traces 300 parameters (tests/core/compiler/test_cpp_modes
+@pytest.mark.parametrize("mode", ["default", "max-autotune"])  # runs the shim on small graphs)
+def test_step_over_hundreds_of_parameters(mode):
+    """AdamW over 300 tensors: one kernel (and one native entry) of 1200 pointers, more than
+    ctypes binds (1024); it is called through a packed-argument shim, not left to eager."""
+    import ember.core
+
+    g = torch.Generator().manual_seed(0)
+    init = [torch.randn(5, generator=g) for _ in range(300)]
+    eager_p = [t.clone().requires_grad_() for t in init]
+    ours_p = [t.clone().requires_grad_() for t in init]
+    eager = torch.optim.AdamW(eager_p, lr=1e-2, foreach=True)
+    ours = torch.optim.AdamW(ours_p, lr=1e-2, foreach=True)
+    torch._dynamo.reset()
+    step = ember.core.compile(ours.step, mode=mode, options={"strict": True})
+    for _ in range(3):
+        for a, b in zip(eager_p, ours_p):
+            grad = torch.randn(a.shape, generator=g)
+            a.grad, b.grad = grad, grad.clone()
+        eager.step()
+        step()
+    for a, b in zip(eager_p, ours_p):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()

@@ -19,8 +19,32 @@ from ember.core.compiler.runtime import build
 from ember.core.compiler.runtime.tuned import TunedKernel
 from ember.core.compiler.schedule import Kernel
 
+# ctypes binds foreign functions of at most this many arguments; an entry taking more (an
+# optimizer step over hundreds of parameters, a long run of kernels) is called through a
+# ``<name>_packed(const int64_t*)`` shim that unpacks one array
+CTYPES_MAX_ARGS = 1024
+
+
+def _needs_packing(spec: list, extra: int = 0) -> bool:
+    return len(spec) + extra > CTYPES_MAX_ARGS
+
+
+def packed_source(name: str, spec: list, buffers: dict, extra: int = 0) -> str:
+    """The ``<name>_packed`` shim: ``name``'s arguments (pointers, sizes, then ``extra``
+    integers) read from one ``int64_t`` array."""
+    args = [f"reinterpret_cast<{cpp.CTYPES[buffers[a.value].dtype]}*>(a[{i}])"
+            if a.kind is ArgKind.POINTER else f"a[{i}]" for i, a in enumerate(spec)]
+    args += [f"a[{len(spec) + j}]" for j in range(extra)]
+    return (f'extern "C" void {name}_packed(const int64_t* a) {{\n'
+            f'  {name}({", ".join(args)});\n}}\n')
+
 
 def _bind(lib: ctypes.CDLL, name: str, spec: list, extra: int = 0):
+    if _needs_packing(spec, extra):
+        fn = getattr(lib, f"{name}_packed")
+        fn.argtypes, fn.restype = [ctypes.c_void_p], None
+        array = ctypes.c_int64 * (len(spec) + extra)
+        return lambda *args: fn(array(*args))
     fn = getattr(lib, name)
     fn.argtypes = [ctypes.c_void_p if a.kind is ArgKind.POINTER else ctypes.c_int64
                    for a in spec] + [ctypes.c_int64] * extra
@@ -81,19 +105,24 @@ def load(steps: list, buffers: dict, options: dict | None) -> tuple[dict, str]:
                                                          for n in k.nodes)}
     sources, specs = kernel_sources(kernels, buffers, frozenset(tuned))
     parts = [src for src, _ in sources.values()]
+    extra = {name: len(cpp.TUNE_PARAMS) if name in tuned else 0 for name in sources}
+    parts += [packed_source(name, spec, buffers, extra[name]) for name, spec in specs.items()
+              if _needs_packing(spec, extra[name])]
     segments = []
     if modes.native_entry(options):
         for run in (r for r in runs(steps) if len(r) > 1):
             name = f"seg_{run[0].name}"
             src, spec = segment_source(name, run, specs, buffers)
             parts.append(src)
+            if _needs_packing(spec):
+                parts.append(packed_source(name, spec, buffers))
             segments.append((name, spec, [k.name for k in run]))
     tu = cpp.translation_unit(parts, build.has_libmvec())
     lib = build.load(tu, options)
     libs: dict = {}
     for name, (src, spec) in sources.items():
         if name in tuned:
-            fn = _bind(lib, name, spec, extra=len(cpp.TUNE_PARAMS))
+            fn = _bind(lib, name, spec, extra=extra[name])
             n_bufs = sum(a.kind is ArgKind.POINTER for a in spec)
             libs[name] = (TunedKernel(fn, name, src, n_bufs), spec)
         else:
