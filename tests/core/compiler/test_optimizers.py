@@ -130,13 +130,10 @@ def test_large_parameters_take_the_parallel_path(name):
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("mode", ["max-autotune", "reduce-overhead"])
-def test_step_under_modes_updates_once_per_call(mode):
-    """max-autotune times kernels by re-running them on their real arguments: a kernel that
-    writes the parameters in place must not be tuned (each run would step again)."""
+def _adamw_against_eager(shapes, mode: str, steps: int) -> None:
+    """A compiled AdamW step (strict) over tensors of ``shapes`` equals eager's, step by step."""
     import ember.core
 
-    shapes = [(300, 257), (70_000,), (3,)]
     g = torch.Generator().manual_seed(0)
     init = [torch.randn(s, generator=g) for s in shapes]
     eager_p = [t.clone().requires_grad_() for t in init]
@@ -145,7 +142,7 @@ def test_step_under_modes_updates_once_per_call(mode):
     ours = torch.optim.AdamW(ours_p, lr=1e-2, foreach=True)
     torch._dynamo.reset()
     step = ember.core.compile(ours.step, mode=mode, options={"strict": True})
-    for _ in range(5):
+    for _ in range(steps):
         for a, b in zip(eager_p, ours_p):
             grad = torch.randn(a.shape, generator=g)
             a.grad, b.grad = grad, grad.clone()
@@ -154,6 +151,13 @@ def test_step_under_modes_updates_once_per_call(mode):
     for a, b in zip(eager_p, ours_p):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "reduce-overhead"])
+def test_step_under_modes_updates_once_per_call(mode):
+    """max-autotune times kernels by re-running them on their real arguments: a kernel that
+    writes the parameters in place must not be tuned (each run would step again)."""
+    _adamw_against_eager([(300, 257), (70_000,), (3,)], mode, 5)
 
 
 @pytest.mark.slow  # ~100 s: Dynamo traces 300 parameters (tests/core/compiler/test_cpp_modes
@@ -161,22 +165,4 @@ def test_step_under_modes_updates_once_per_call(mode):
 def test_step_over_hundreds_of_parameters(mode):
     """AdamW over 300 tensors: one kernel (and one native entry) of 1200 pointers, more than
     ctypes binds (1024); it is called through a packed-argument shim, not left to eager."""
-    import ember.core
-
-    g = torch.Generator().manual_seed(0)
-    init = [torch.randn(5, generator=g) for _ in range(300)]
-    eager_p = [t.clone().requires_grad_() for t in init]
-    ours_p = [t.clone().requires_grad_() for t in init]
-    eager = torch.optim.AdamW(eager_p, lr=1e-2, foreach=True)
-    ours = torch.optim.AdamW(ours_p, lr=1e-2, foreach=True)
-    torch._dynamo.reset()
-    step = ember.core.compile(ours.step, mode=mode, options={"strict": True})
-    for _ in range(3):
-        for a, b in zip(eager_p, ours_p):
-            grad = torch.randn(a.shape, generator=g)
-            a.grad, b.grad = grad, grad.clone()
-        eager.step()
-        step()
-    for a, b in zip(eager_p, ours_p):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
-    torch._dynamo.reset()
+    _adamw_against_eager([(5,)] * 300, mode, 3)
