@@ -784,7 +784,8 @@ def _embedding_bag_backward(ctx, grad, *args, **kwargs):
     """No bag (``offsets`` of one element with ``include_last_offset``, or none): the gradient
     is zero. ATen's kernel reads outside its buffers then (uninitialised values in eager, a
     crash on a compiled graph's contiguous empty gradient); with bags it runs in ATen."""
-    if not sympy.sympify(grad.size[0]).is_zero or args[8:9] == (True,):  # sparse
+    sparse = args[8] if len(args) > 8 else kwargs.get("sparse", False)
+    if sparse or not sympy.sympify(grad.size[0]).is_zero:
         raise Unsupported("embedding_bag's backward runs in ATen")
     return Lazy(ctx.dtype, ctx.size, lambda i: scalar_expr(0, ctx.dtype))
 
