@@ -151,10 +151,11 @@ class _AtenUpsample:
 
     kind: str
     first_scale: int  # where the scales start
+    aligned_at: int | None = None  # where ``align_corners`` is (set: the scales are unused)
 
     def call_args(self, args) -> tuple:
         input, scales = args[0], args[self.first_scale:]
-        if self.first_scale == 3 and args[2]:  # corners aligned: the scales are unused
+        if self.aligned_at is not None and args[self.aligned_at]:
             return tuple(args)
         if len(scales) == 1 and isinstance(scales[0], (list, tuple)):  # .vec
             return (*args[:self.first_scale],
@@ -165,9 +166,9 @@ class _AtenUpsample:
 
 _ATEN_UPSAMPLES = {**{getattr(aten, f"upsample_nearest{n}d"): _AtenUpsample("nearest", 2)
                       for n in (1, 2, 3)},
-                   aten.upsample_linear1d: _AtenUpsample("linear", 3),
-                   aten.upsample_bilinear2d: _AtenUpsample("linear", 3),
-                   aten.upsample_trilinear3d: _AtenUpsample("linear", 3)}
+                   **{op: _AtenUpsample("linear", 3, aligned_at=2) for op in
+                      (aten.upsample_linear1d, aten.upsample_bilinear2d,
+                       aten.upsample_trilinear3d)}}
 
 
 def _with_eager_scales(fn, op: _AtenUpsample, name: str):

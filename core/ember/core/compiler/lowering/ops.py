@@ -242,8 +242,13 @@ def _full(ctx, *args, **_kwargs):
         value = 1
     else:
         value = 0  # empty tensors: any content is valid
-    dtype, size = ctx.dtype, ctx.size
-    return Lazy(dtype, size, lambda i: scalar_expr(value, dtype))
+    return _filled(ctx, value)
+
+
+def _filled(ctx, value) -> Lazy:
+    """The node's whole output holding ``value``."""
+    dtype = ctx.dtype
+    return Lazy(dtype, ctx.size, lambda i: scalar_expr(value, dtype))
 
 
 @register(aten.arange, prims.iota)
@@ -787,7 +792,7 @@ def _embedding_bag_backward(ctx, grad, *args, **kwargs):
     sparse = args[8] if len(args) > 8 else kwargs.get("sparse", False)
     if sparse or not sympy.sympify(grad.size[0]).is_zero:
         raise Unsupported("embedding_bag's backward runs in ATen")
-    return Lazy(ctx.dtype, ctx.size, lambda i: scalar_expr(0, ctx.dtype))
+    return _filled(ctx, 0)
 
 
 CAT_MAX_INPUTS = 8  # Triton's select gathers every input in every element: beyond, ATen's cat
