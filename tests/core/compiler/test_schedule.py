@@ -1,7 +1,13 @@
 """Scheduling decisions that change how many passes over memory a graph takes."""
 
+import functools
+import operator
+
+import pytest
 import torch
 import torch.nn.functional as F
+
+from ember.core.compiler import ir, schedule
 
 
 def _kernels(output_code) -> int:
@@ -69,3 +75,49 @@ def test_horizontal_optimizer_loops_run_flat_over_each_parameter(ecompile, outpu
               if "for (int64_t r0 = 0; r0 <" in line}
     assert {288, 16, 128} <= bounds, bounds  # each parameter's numel
     assert "r1" not in code  # no second loop level inside any parameter's update
+
+
+def test_extent_counts_a_shared_value_once_per_reader_without_walking_it():
+    e = ir.Load(torch.float32, "buf1", 0)
+    for _ in range(40):  # 2**41 - 1 nodes as a tree: a walk would never finish
+        e = ir.op("add", torch.float32, e, e)
+    assert ir.extent(e) == ir.Extent(2 ** 41 - 1, 41)
+
+
+@pytest.fixture
+def bounded_forwarding(monkeypatch):
+    """Fails as soon as the scheduler lays out an expression past the forwarding bounds (each
+    link of the chains below grows it, so the fixture fails long before the old scheduler's
+    exponential walks or deep recursion would stall the run)."""
+    add = schedule._Builder.add
+
+    def checked(self, node):
+        add(self, node)
+        e = ir.extent(self.stages[-1].items[-1].expr)
+        assert e.size <= schedule.FORWARD_MAX_SIZE and e.depth <= schedule.FORWARD_MAX_DEPTH, \
+            f"{node.buf.name}: a forwarded expression of {e.size} nodes, {e.depth} deep"
+
+    monkeypatch.setattr(schedule._Builder, "add", checked)
+
+
+def test_a_value_read_twice_per_link_goes_through_memory(ecompile, matches, bounded_forwarding):
+    """Forwarding ``a`` into both readers of ``a * a + a`` doubles the expression per link: 40
+    links were 2**40 nodes to walk (12 links took five minutes to compile)."""
+    def fn(y):
+        for _ in range(40):
+            a = (y * 0.5).sin()
+            y = a * a + a
+        return y
+
+    x = torch.randn(64)
+    matches(ecompile(fn)(x), fn(x))
+
+
+def test_a_long_chain_of_fused_adds_stays_shallow(ecompile, matches, bounded_forwarding):
+    """A sum of many terms is one chain of additions: forwarded whole it grew past Python's
+    recursion limit (800 terms raised RecursionError)."""
+    def fn(*xs):
+        return functools.reduce(operator.add, [x * (i % 3 + 1) for i, x in enumerate(xs)])
+
+    xs = [torch.randn(64) for _ in range(160)]
+    matches(ecompile(fn)(*xs), fn(*xs))

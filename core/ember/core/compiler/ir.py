@@ -158,6 +158,34 @@ def walk(e: Expr):
         stack.extend(operands(x))
 
 
+class Extent(NamedTuple):
+    """How big an expression is as a tree: what a walk of it visits and how deep code that
+    recurses over it goes."""
+
+    size: int  # sub-expressions counted once per occurrence (a shared one as often as used)
+    depth: int  # the longest chain of operands
+
+
+def extent(e: Expr) -> Extent:
+    """``e``'s ``Extent``, in time linear in its distinct sub-expressions and without
+    recursion (a forwarded value shared by two readers doubles the size, not the work)."""
+    memo: dict[int, Extent] = {}
+    stack = [(e, False)]
+    while stack:
+        x, ready = stack.pop()
+        if id(x) in memo:
+            continue
+        args = operands(x)
+        if ready or not args:
+            subs = [memo[id(a)] for a in args]
+            memo[id(x)] = Extent(1 + sum(s.size for s in subs),
+                                 1 + max((s.depth for s in subs), default=0))
+        else:
+            stack.append((x, True))
+            stack.extend((a, False) for a in args)
+    return memo[id(e)]
+
+
 def gather_slot(k: int) -> sympy.Symbol:
     """Placeholder for the k-th position value of a gather inside its index expression."""
     return sympy.Symbol(f"gather_slot{k}", integer=True)

@@ -5,7 +5,8 @@ stages: ``scalar`` stages run once per outer point, ``loop`` stages run an inner
 ``rsizes`` computing reductions and/or storing pointwise values. This fuses pointwise
 chains, pointwise producers into reductions and pointwise consumers into reduction outputs
 (softmax or layer_norm become one kernel). Values consumed only inside their kernel at
-the same loop point are forwarded in registers and never stored. Refused fusions are
+the same loop point are forwarded in registers and never stored, while the expression they
+grow stays within ``FORWARD_MAX_SIZE`` and ``FORWARD_MAX_DEPTH``. Refused fusions are
 logged at DEBUG on ``ember.schedule`` with their reason.
 """
 
@@ -67,6 +68,15 @@ class _Produced(NamedTuple):
     stage: int
     index: object
     value: ir.Expr
+    extent: ir.Extent  # of ``value``, which readers at the same point take in place of loads
+
+
+# Forwarding puts a producer's whole expression where its readers load it, so a chain of
+# fused nodes grows one expression (a value read twice doubles it per link). Code generation
+# walks and hashes expressions as trees and renders them recursively: past these bounds the
+# reader starts a new kernel and the value goes through memory instead.
+FORWARD_MAX_SIZE = 2048
+FORWARD_MAX_DEPTH = 128
 
 
 def _flat(vars_, sizes):
@@ -164,7 +174,15 @@ class _Builder:
         _check_overwrite(node, expr, here, None if index is None else index.xreplace(ones),
                          self.outside.get(node.buf.name, []) +
                          [r for b, r in reads if b == node.buf.name])
+        grown = ir.extent(expr)
         if subst:
+            grown = ir.Extent(
+                grown.size + sum(produced[ld.buf].extent.size - 1 for ld in all_loads
+                                 if ld in subst),
+                grown.depth + max(produced[ld.buf].extent.depth for ld in subst))
+            if grown.size > FORWARD_MAX_SIZE or grown.depth > FORWARD_MAX_DEPTH:
+                raise Refused(f"{node.buf.name} with its producers' values forwarded would be "
+                              f"an expression of {grown.size} nodes, {grown.depth} deep")
             expr = ir.map_loads(expr, lambda ld, s=subst: s.get(ld, ld))
         walks = self.walks
         if outer:
@@ -187,11 +205,11 @@ class _Builder:
             var = f"acc_{node.buf.name}"
             stage.items.append(Item("reduce", node, expr, None, var))
             value = ir.cast(ir.Var(ir.compute_dtype(node.acc_dtype), var), node.buf.dtype)
-            produced[node.buf.name] = _Produced("acc", here, flat_o, value)
+            produced[node.buf.name] = _Produced("acc", here, flat_o, value, ir.extent(value))
         else:
             stage.items.append(Item("store", node, expr, index))
             produced[node.buf.name] = _Produced("scalar" if kind == "scalar" else "loop", here,
-                                                index, expr)
+                                                index, expr, grown)
         self.nodes.append(node)
 
 
