@@ -378,6 +378,49 @@ def test_cat_of_many_parts_read_pointwise_is_stored(ecompile, output_code, dtype
     assert sum(k.count("omp simd") for k in kernels if "e_max" not in k) >= nparts
 
 
+def _functions(output_code) -> list[str]:
+    """The generated kernel functions (and their part functions), past the prelude."""
+    kernels = "\n".join(output_code).split("wrapper:")[0]
+    return re.split(r"\n(?=static __attribute__|extern \"C\" void)", kernels)[1:]
+
+
+@pytest.mark.parametrize("rows", [2, 3000])  # plain loops; one parallel region of shared loops
+def test_a_long_run_of_loops_is_built_as_functions_of_a_few(ecompile, output_code, monkeypatch,
+                                                            rows):
+    """g++'s time grows about quadratically with the SIMD loops of one function (a cat of 600
+    parts took 150 s to build): the loops of a long cat run from functions of
+    ``STAGES_PER_FUNCTION`` loops each, called in order."""
+    from ember.core.compiler.codegen import cpp
+    monkeypatch.setattr(cpp, "STAGES_PER_FUNCTION", 4)
+    parts = [torch.randn(rows, 1 + k % 3) for k in range(11)]
+    fn = lambda *xs: torch.cat([x * (k + 1) for k, x in enumerate(xs)], 1)
+    torch.testing.assert_close(ecompile(fn)(*parts), fn(*parts))
+    funcs = _functions(output_code)
+    split = [f for f in funcs if re.match(r"static __attribute__\(\(noinline\)\) void kernel\d+_part",
+                                          f)]
+    assert len(split) == 3 and all(1 <= f.count("#pragma omp") <= 4 for f in split)
+    assert all(f.count("#pragma omp") <= 4 for f in funcs)
+
+
+def test_loops_split_into_functions_keep_their_barriers(ecompile, output_code, monkeypatch):
+    """Loops sharing one parallel region wait at a barrier before a loop that reads what an
+    earlier one stored; split one loop per function, the barrier is inside the function that
+    runs the reading loop."""
+    from ember.core.compiler.codegen import cpp
+    monkeypatch.setattr(cpp, "STAGES_PER_FUNCTION", 1)
+
+    def fn(a, b):
+        u = a.exp()  # read twice and costly: stored, not recomputed by its readers
+        return b * 3, u.sin() + u
+
+    args = (torch.randn(70_000), torch.randn(5))
+    out, ref = ecompile(fn)(*args), fn(*args)
+    for o, r in zip(out, ref):
+        torch.testing.assert_close(o, r)
+    parts = [f for f in _functions(output_code) if f.startswith("static")]
+    assert len(parts) == 3 and ["omp barrier" in f for f in parts] == [False, False, True]
+
+
 def test_cat_a_convolution_reads_stores_each_part_into_its_slice(ecompile, output_code):
     """The ReLUs of two convolutions kept NCHW (costly weights), concatenated for a 1x1
     convolution fed NHWC: one kernel stores each ReLU straight into its slice of the cat, in

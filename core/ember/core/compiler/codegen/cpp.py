@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from importlib import resources
 
 import sympy
@@ -350,6 +352,41 @@ def _function(name: str, params: list, body: _Body) -> str:
     return f'extern "C" void {name}({", ".join(params)}) {{\n' + "\n".join(body.lines) + "\n}\n"
 
 
+# g++ -O3's time grows about quadratically with the SIMD loops of one function: a cat of 600
+# parts as 600 loops in one function took 150 s to build, in functions of 32 loops 3 s
+STAGES_PER_FUNCTION = 32
+
+
+@dataclass
+class _Parts:
+    """Static functions holding a long run of a kernel's independent loop stages, each
+    taking all the kernel's parameters (``names`` in order), and their sources."""
+
+    kernel: str
+    params: list
+    names: list
+    buffers: dict
+    sources: list = field(default_factory=list)
+
+    def emit(self, body: _Body, stages: list, emit: Callable) -> None:
+        """``emit(body, stages)`` for up to ``STAGES_PER_FUNCTION`` stages; past that, each
+        run of that many goes into a function of its own that ``body`` calls in order."""
+        if len(stages) <= STAGES_PER_FUNCTION:
+            emit(body, stages)
+            return
+        for i in range(0, len(stages), STAGES_PER_FUNCTION):
+            name = f"{self.kernel}_part{len(self.sources)}"
+            part = _Body(self.buffers, self.kernel)
+            emit(part, stages[i:i + STAGES_PER_FUNCTION])
+            self.sources.append(f"static __attribute__((noinline)) void {name}("
+                                f"{', '.join(self.params)}) {{\n" + "\n".join(part.lines) +
+                                "\n}\n")
+            body.line(f"{name}({', '.join(self.names)});")
+
+    def source(self, body: _Body) -> str:
+        return "".join(self.sources) + _function(self.kernel, self.params, body)
+
+
 def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str, list]:
     """C++ source of one kernel and its argument list (data pointers, then sizes).
 
@@ -370,8 +407,11 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
     params = [f"const {CTYPES[buffers[b].dtype]}* __restrict__ {b}" for b in sig.inputs]
     params += [f"{CTYPES[buffers[b].dtype]}* __restrict__ {b}" for b in sig.outputs]
     params += [f"int64_t {s.name}" for s in syms]
+    names = list(sig.inputs) + list(sig.outputs) + [s.name for s in syms]
     if tunable:
         params += [f"int64_t {p}" for p in TUNE_PARAMS]
+        names += TUNE_PARAMS
+    parts = _Parts(k.name, params, names, buffers)
     body = _Body(buffers, k.name)
     body.local = {name: xs for name in local}
     body.alias = alias
@@ -395,8 +435,8 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
         body.line("const int64_t e_chunk = e_per > 0 ? e_per : 1;")
         threads += " schedule(static, e_chunk)"
     if par and not tunable and _horizontal(k):
-        _emit_horizontal(body, k, buffers, cond)
-        return _function(k.name, params, body), sig.args(ArgKind.POINTER)
+        _emit_horizontal(body, k, cond, parts)
+        return parts.source(body), sig.args(ArgKind.POINTER)
     jam = None if tunable or local or alias else _jam_factors(k)
     if jam:
         _emit_jammed(body, k, jam, cond if par else None)
@@ -419,11 +459,18 @@ def kernel_source(k: Kernel, buffers: dict, tunable: bool = False) -> tuple[str,
         for name, n in local.items():
             body.line(f"{CTYPES[buffers[name].dtype]} {name}[{n}];")
     inner_cond = cond + (" num_threads(e_nt)" if tunable else "")
-    for st in k.stages:
-        _emit_stage(body, st, buffers, k.stored, inner_parallel, inner_cond)
+
+    def emit(b: _Body, stages: list) -> None:
+        for st in stages:
+            _emit_stage(b, st, buffers, k.stored, inner_parallel, inner_cond)
+
+    if _horizontal(k) and not local and not alias:  # no stage reads another's locals
+        parts.emit(body, k.stages, emit)
+    else:
+        emit(body, k.stages)
     for saved in reversed(saved_outer):
         body.close(saved)
-    return _function(k.name, params, body), sig.args(ArgKind.POINTER)
+    return parts.source(body), sig.args(ArgKind.POINTER)
 
 
 JAM_MIN_REDUCTION = 64  # a shorter row loop is mostly its horizontal sum
@@ -583,27 +630,33 @@ def _horizontal(k: Kernel) -> bool:
         for st in k.stages)
 
 
-def _emit_horizontal(body: _Body, k: Kernel, buffers, cond: str) -> None:
+def _emit_horizontal(body: _Body, k: Kernel, cond: str, parts: _Parts) -> None:
     """Horizontal fusion: one ``omp parallel`` region, each stage a work-shared loop without
     the barrier at its end (``nowait``); a barrier only before a stage that reads what an
     earlier stage since the last barrier stored (or stores what one read). One fork/join for
-    the whole kernel instead of one per stage."""
+    the whole kernel instead of one per stage (the loops and barriers of a long run of stages
+    sit in ``parts``' functions, called inside the region)."""
     body.line(f"#pragma omp parallel{cond}")
     region = body.open("")
     stored: set[str] = set()
     read: set[str] = set()
-    for st in k.stages:
-        reads = set().union(*(ir.reads_of(it.expr) for it in st.items))
-        writes = {it.node.buf.name for it in st.items}
-        if reads & stored or writes & read:
-            body.line("#pragma omp barrier")
-            stored, read = set(), set()
-        scope = body.open("")
-        _hoist(body, st.items, set(ir.index_vars("r", len(st.rsizes))))
-        _emit_loop(body, st.rsizes, st.items, k.stored, True, "", team=True)
-        body.close(scope)
-        stored |= writes
-        read |= reads
+
+    def emit(b: _Body, stages: list) -> None:
+        nonlocal stored, read
+        for st in stages:
+            reads = set().union(*(ir.reads_of(it.expr) for it in st.items))
+            writes = {it.node.buf.name for it in st.items}
+            if reads & stored or writes & read:
+                b.line("#pragma omp barrier")
+                stored, read = set(), set()
+            scope = b.open("")
+            _hoist(b, st.items, set(ir.index_vars("r", len(st.rsizes))))
+            _emit_loop(b, st.rsizes, st.items, k.stored, True, "", team=True)
+            b.close(scope)
+            stored |= writes
+            read |= reads
+
+    parts.emit(body, k.stages, emit)
     body.close(region)
 
 
