@@ -204,6 +204,16 @@ def test_nan_inf_propagate_through_reductions(ecompile, matches):
     matches(ecompile(f)(x), f(x))
 
 
+def test_reductions_over_the_one_dim_of_a_0d_tensor(ecompile, matches):
+    """torch takes dim 0 or -1 of a 0-d tensor as its one element (these raised IndexError
+    while lowering)."""
+    f = lambda x: (x.sum(-1), x.sum(0), x.amax(-1), x.mean(0, keepdim=True), x.var(0),
+                   x.std(-1, correction=0), x.prod(0), x.softmax(0), x.log_softmax(-1),
+                   x.logsumexp(0), x.all(0), torch.linalg.vector_norm(x, 2, 0))
+    x = torch.tensor(-3.0)
+    matches(ecompile(f)(x), f(x))
+
+
 def _composites(x, w, b, rm, rv, y, z):
     return (F.softmax(x, -1), F.log_softmax(x, 0), F.layer_norm(x, (16,), w, b),
             F.group_norm(z, 4), F.batch_norm(z, rm.clone(), rv.clone(), training=True),

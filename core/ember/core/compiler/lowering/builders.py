@@ -194,10 +194,16 @@ def norm_dim(d: int, n: int) -> int:
     return d + n if d < 0 else d
 
 
+def reduction_dims(dims, n: int) -> list[int]:
+    """The dims a reduction over ``dims`` (None or empty: all) of an ``n``-dim value runs
+    over, sorted; a 0-d value's one dim (0 or -1, as torch accepts) is none: its element."""
+    return sorted({norm_dim(d, n) for d in dims}) if dims and n else list(range(n))
+
+
 def reduce(ctx: Ctx, x, dims, keepdim: bool, rtype: str, out_dtype: torch.dtype,
            acc_dtype: torch.dtype | None = None) -> StridedView:
     n = len(x.size)
-    dims = sorted({norm_dim(d, n) for d in dims}) if dims else list(range(n))
+    dims = reduction_dims(dims, n)
     keep = [d for d in range(n) if d not in dims]
     outer = [x.size[d] for d in keep]
     rsizes = [x.size[d] for d in dims]

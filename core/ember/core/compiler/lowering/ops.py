@@ -35,6 +35,7 @@ from ember.core.compiler.lowering.builders import (
     norm_dim,
     pointwise,
     reduce,
+    reduction_dims,
     register,
     result_type,
     scalar_expr,
@@ -896,9 +897,8 @@ def _prod(ctx, x, dims=None, keepdim=False, *, dtype=None, output_dtype=None):
 
 @register(aten.mean)
 def _mean(ctx, x, dims=None, keepdim=False, *, dtype=None):
-    n = len(x.size)
-    d = _dims_arg(dims) or list(range(n))
-    count = ir.numel([x.size[norm_dim(k, n)] for k in d])
+    d = reduction_dims(_dims_arg(dims), len(x.size))
+    count = ir.numel([x.size[k] for k in d])
     # the sum stays in the compute dtype: eager divides a float sum of a bfloat16 or float16
     # tensor and rounds once (rounding the sum first is off by an ulp where count is no power
     # of two, a 7x7 average pool)
@@ -926,7 +926,7 @@ def _any(ctx, x, dims=None, keepdim=False):
 @register(prims.var)
 def _var(ctx, x, dims, correction=1, *, output_dtype=None):
     n = len(x.size)
-    d = sorted({norm_dim(k, n) for k in (_dims_arg(dims) or range(n))})
+    d = reduction_dims(_dims_arg(dims), n)
     count = ir.numel([x.size[k] for k in d])
     dtype = ctx.dtype
     size_k = [sympy.Integer(1) if k in d else x.size[k] for k in range(n)]
