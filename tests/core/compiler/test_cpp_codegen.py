@@ -396,8 +396,8 @@ def test_a_long_run_of_loops_is_built_as_functions_of_a_few(ecompile, output_cod
     fn = lambda *xs: torch.cat([x * (k + 1) for k, x in enumerate(xs)], 1)
     torch.testing.assert_close(ecompile(fn)(*parts), fn(*parts))
     funcs = _functions(output_code)
-    split = [f for f in funcs if re.match(r"static __attribute__\(\(noinline\)\) void kernel\d+_part",
-                                          f)]
+    part = r"static __attribute__\(\(noinline\)\) void kernel\d+_part"
+    split = [f for f in funcs if re.match(part, f)]
     assert len(split) == 3 and all(1 <= f.count("#pragma omp") <= 4 for f in split)
     assert all(f.count("#pragma omp") <= 4 for f in funcs)
 
