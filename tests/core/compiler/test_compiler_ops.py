@@ -214,6 +214,35 @@ def test_reductions_over_the_one_dim_of_a_0d_tensor(ecompile, matches):
     matches(ecompile(f)(x), f(x))
 
 
+def _multiply_adds(a, b, c, d, w):
+    return (torch.add(a, b, alpha=0.3), torch.sub(a, b, alpha=1.7),
+            torch.addcmul(a, b, c, value=0.3), torch.addcmul(a, b, c), torch.addcdiv(a, b, d),
+            a.addcdiv(b, d, value=0.3), torch.lerp(a, b, 0.3), torch.lerp(a, b, -0.7),
+            torch.lerp(a, b, w),
+            # in-place forms Dynamo decomposes into prims.fma (multiply_adds puts them back)
+            a.clone().addcmul_(b, c, value=0.3), a.clone().addcdiv_(b, d, value=-0.3),
+            a.clone().add_(b, alpha=torch.tensor(0.3, dtype=a.dtype)),
+            *torch._foreach_add([a, b], [b, c], alpha=0.3),
+            *torch._foreach_addcmul([a], [b], [c], value=0.3),
+            *torch._foreach_lerp([a, b], [b, c], 0.3), *torch._foreach_lerp([a], [b], 0.7))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_multiply_adds_round_once_like_eager(ecompile, dtype):
+    """Eager's kernels compute an add with alpha, addcmul and lerp (both of lerp's formulas),
+    and their foreach forms, with one multiply-add rounded once, and addcdiv as
+    ``x + (value * t1) / t2``: bit for bit (rounding the product apart was an ulp off in a
+    fifth of the elements). 1024 elements: eager's bfloat16 scalar tail (past its last
+    32-lane vector) rounds the product to bfloat16 first, unlike its vectors."""
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(1024, generator=g).to(dtype) for _ in range(3))
+    d = c.abs() + 0.5  # divisors (an input: a fused 16-bit |c| + 0.5 stays float32)
+    w = torch.rand(1024, generator=g).to(dtype) * 1.4 - 0.2  # both sides of 0.5
+    out, ref = ecompile(_multiply_adds)(a, b, c, d, w), _multiply_adds(a, b, c, d, w)
+    for i, (o, r) in enumerate(zip(out, ref)):
+        assert o.dtype == r.dtype and torch.equal(o, r), f"output {i}"
+
+
 def _composites(x, w, b, rm, rv, y, z):
     return (F.softmax(x, -1), F.log_softmax(x, 0), F.layer_norm(x, (16,), w, b),
             F.group_norm(z, 4), F.batch_norm(z, rm.clone(), rv.clone(), training=True),

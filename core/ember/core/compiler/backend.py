@@ -12,7 +12,15 @@ import functools
 
 import torch
 
-from ember.core.compiler import capture, channels_last, eager_parity, freezing, patterns, routing
+from ember.core.compiler import (
+    capture,
+    channels_last,
+    eager_parity,
+    freezing,
+    multiply_adds,
+    patterns,
+    routing,
+)
 from ember.core.compiler.decompose import decomposition_table, log_graph
 from ember.core.compiler.options import check_mode, check_options
 from ember.core.compiler.pipeline import compile_graph, stats
@@ -69,6 +77,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: str | None 
     capture.record_graph(gm)
     patterns.apply(gm, options)  # torch-level rewrites (unfused attention -> ember sdpa)
     eager_parity.apply(gm)  # where torch's decompositions index otherwise than eager
+    multiply_adds.apply(gm)  # Dynamo's addcmul_ / addcdiv_ as eager rounds them
     device = routing.device_type(example_inputs)
     if routing.codegen_for(device, options) == "portable":
         routing.announce_portable(device)

@@ -29,6 +29,7 @@ PRIMS: dict[str, Prim] = {
     "add": Prim(2, "arith"),
     "sub": Prim(2, "arith"),
     "mul": Prim(2, "arith"),
+    "fma": Prim(3, "math"),  # a * b + c rounded once: eager's multiply-adds (alpha, lerp)
     "truediv": Prim(2, "math"),
     "neg": Prim(1, "arith"),
     "abs": Prim(1, "arith"),

@@ -38,6 +38,7 @@ TEMPLATES: dict[str, str] = {
     "add": "({0} + {1})",
     "sub": "({0} - {1})",
     "mul": "({0} * {1})",
+    "fma": "std::fma({0}, {1}, {2})",
     "truediv": "({0} / {1})",
     "neg": "(-{0})",
     "abs": "std::abs({0})",

@@ -40,7 +40,7 @@ TL = {
 _LD = "libdevice.{}({{0}})"
 TEMPLATES: dict[str, str] = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "truediv": "({0} / {1})",
-    "neg": "(-{0})", "abs": "tl.abs({0})",
+    "fma": "tl.fma({0}, {1}, {2})", "neg": "(-{0})", "abs": "tl.abs({0})",
     "sign": "(({0} > 0).to({T}) - ({0} < 0).to({T}))",
     "reciprocal": "(1 / {0})", "sigmoid": "(1 / (1 + libdevice.exp(-{0})))",
     "round": "libdevice.nearbyint({0})", "pow": "libdevice.pow({0}, {1})",

@@ -13,6 +13,7 @@ from torch.fx import Node as FxNode
 
 from ember.core.compiler import ir
 from ember.core.compiler.ir import (
+    Expr,
     Lazy,
     Pointwise,
     Reduction,
@@ -170,6 +171,32 @@ def pointwise(ctx: Ctx, name: str, *args) -> Lazy:
             return cast(op(name, rdt, *(bload(a, size, i, cdt) for a in args[:arity])),
                         out_dtype)
     return Lazy(out_dtype, size, fn)
+
+
+def add_scaled(ctx: Ctx, prim: str, a, b, alpha) -> Lazy:
+    """``a + alpha * b`` (``prim`` "add") or ``a - alpha * b`` ("sub") as eager computes it:
+    a float result in one multiply-add rounded once (eager's kernels call fmadd), with a number
+    ``alpha`` first rounded to a 16-bit result's dtype; an integer result exactly."""
+    if alpha == 1:
+        return pointwise(ctx, prim, a, b)
+    if compute_dtype(ctx.dtype).is_floating_point:
+        if ctx.dtype != compute_dtype(ctx.dtype) and isinstance(alpha, (int, float)):
+            alpha = torch.tensor(alpha, dtype=ctx.dtype).item()  # as eager rounds it
+        return pointwise(ctx, "fma", b, alpha if prim == "add" else -alpha, a)
+    b = pointwise(with_dtype(ctx, result_type(b, alpha)), "mul", b, alpha)
+    return pointwise(ctx, prim, a, b)
+
+
+def lerp(cdt: torch.dtype, s: Expr, e: Expr, w: Expr, small: bool | None = None) -> Expr:
+    """Eager's lerp of loaded values: ``s + w * (e - s)`` where ``|w| < 0.5``, else
+    ``e + (w - 1) * (e - s)``, each one multiply-add rounded once; ``small`` is which, when
+    the weight is a known constant."""
+    diff = op("sub", cdt, e, s)
+    low = op("fma", cdt, w, diff, s)
+    high = op("fma", cdt, op("sub", cdt, w, const(1, cdt)), diff, e)
+    if small is not None:
+        return low if small else high
+    return op("where", cdt, op("lt", torch.bool, op("abs", cdt, w), const(0.5, cdt)), low, high)
 
 
 class _DtypeCtx(Ctx):

@@ -20,16 +20,15 @@ from ember.core.compiler.ir import (
     Unsupported,
     cast,
     compute_dtype,
-    const,
     op,
 )
 from ember.core.compiler.lowering.builders import (
     Ctx,
+    add_scaled,
     bload,
+    lerp,
     pointwise,
     register,
-    result_type,
-    with_dtype,
 )
 from ember.core.compiler.lowering.ops import _pow
 
@@ -112,10 +111,7 @@ for _name, _prim in _BINARY.items():
 def _add_sub(prim: str):
     def fn(ctx, i, xs, other, *, alpha=1):
         _count(ctx, [xs])
-        b = _pick(ctx, i, other)
-        if alpha != 1:  # eager: a + alpha * b, the product in the result's compute type
-            b = pointwise(with_dtype(ctx, result_type(b, alpha)), "mul", b, alpha)
-        return pointwise(ctx, prim, xs[i], b)
+        return add_scaled(ctx, prim, xs[i], _pick(ctx, i, other), alpha)
     return _elementwise(fn)
 
 
@@ -149,7 +145,8 @@ def _scalar_of(ctx, i: int, scalars):
 
 def _addc(prim: str):
     """self + value * t1 * t2 (addcmul) or self + value * t1 / t2 (addcdiv), in eager's order:
-    (value * t1) then times or over t2, then plus self."""
+    (value * t1) then times or over t2, then plus self (addcmul's last two in one multiply-add,
+    rounded once, as eager's kernel)."""
     def fn(ctx, i, xs, t1, t2, value=1):
         _count(ctx, [xs, t1, t2])
         v = _scalar_of(ctx, i, value)
@@ -159,8 +156,10 @@ def _addc(prim: str):
 
         def body(idx):
             prod = op("mul", cdt, bload(v, size, idx, cdt), bload(b, size, idx, cdt))
-            return cast(op("add", cdt, bload(a, size, idx, cdt),
-                           op(prim, cdt, prod, bload(c, size, idx, cdt))), dtype)
+            x, y = bload(a, size, idx, cdt), bload(c, size, idx, cdt)
+            if prim == "mul":  # eager's addcmul: one multiply-add
+                return cast(op("fma", cdt, prod, y, x), dtype)
+            return cast(op("add", cdt, x, op(prim, cdt, prod, y)), dtype)
         if not cdt.is_floating_point:
             raise Unsupported(f"{ctx.node.target} of {dtype}")
         return Lazy(dtype, size, body)
@@ -174,7 +173,7 @@ register(aten._foreach_addcdiv)(_addc("truediv"))
 @register(aten._foreach_lerp)
 @_elementwise
 def _foreach_lerp(ctx, i, xs, ends, weight):
-    """Eager's lerp: |w| < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w)."""
+    """Eager's lerp (``builders.lerp``)."""
     _count(ctx, [xs, ends])
     w = _pick(ctx, i, weight)
     dtype, size = ctx.dtype, ctx.size
@@ -185,15 +184,11 @@ def _foreach_lerp(ctx, i, xs, ends, weight):
     if not isinstance(w, (TensorValue, int, float)) and not getattr(w, "is_number", False):
         raise Unsupported(f"{ctx.node.target} with a symbolic weight")
 
+    small = None if isinstance(w, TensorValue) else abs(float(w)) < 0.5
+
     def body(idx):
         s, e, wv = bload(a, size, idx, cdt), bload(b, size, idx, cdt), bload(w, size, idx, cdt)
-        diff = op("sub", cdt, e, s)
-        low = op("add", cdt, s, op("mul", cdt, wv, diff))
-        high = op("sub", cdt, e, op("mul", cdt, diff, op("sub", cdt, const(1, cdt), wv)))
-        if not isinstance(w, TensorValue):
-            return cast(low if abs(float(w)) < 0.5 else high, dtype)  # checked below
-        small = op("lt", torch.bool, op("abs", cdt, wv), const(0.5, cdt))
-        return cast(op("where", cdt, small, low, high), dtype)
+        return cast(lerp(cdt, s, e, wv, small), dtype)
     return Lazy(dtype, size, body)
 
 

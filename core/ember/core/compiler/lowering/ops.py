@@ -27,17 +27,18 @@ from ember.core.compiler.ir import (
 from ember.core.compiler.lowering.builders import (
     Ctx,
     Decline,
+    add_scaled,
     bload,
     bload_converted,
     check_index,
     converted,
+    lerp,
     meta_val,
     norm_dim,
     pointwise,
     reduce,
     reduction_dims,
     register,
-    result_type,
     scalar_expr,
     sym,
     with_dtype,
@@ -134,10 +135,44 @@ def _int_by_constant(ctx, name: str, a, b):
 
 @register(aten.add, aten.sub)
 def _add(ctx, a, b, *, alpha=1):
-    name = "add" if ctx.node.target._overloadpacket is aten.add else "sub"
-    if alpha != 1:
-        b = pointwise(with_dtype(ctx, result_type(b, alpha)), "mul", b, alpha)
-    return pointwise(ctx, name, a, b)
+    return add_scaled(ctx, "add" if ctx.node.target._overloadpacket is aten.add else "sub",
+                      a, b, alpha)
+
+
+def _elementwise_of(ctx, body, *args) -> Lazy:
+    """A value of ``ctx``'s dtype and size whose element is ``body(cdt, *elements)``: the
+    elements of ``args`` (broadcast) loaded in the compute dtype ``cdt``."""
+    dtype, size = ctx.dtype, ctx.size
+    cdt = compute_dtype(dtype)
+    return Lazy(dtype, size, lambda i: cast(body(cdt, *(bload(a, size, i, cdt) for a in args)),
+                                            dtype))
+
+
+@register(aten.addcmul)
+def _addcmul(ctx, x, t1, t2, *, value=1):
+    """Eager's order: ``value * t1`` first; a float result then ``fma(that, t2, x)``."""
+    if compute_dtype(ctx.dtype).is_floating_point:
+        return _elementwise_of(ctx, lambda T, x, a, b, v: op("fma", T, op("mul", T, v, a), b, x),
+                               x, t1, t2, value)
+    return _elementwise_of(ctx, lambda T, x, a, b, v: op("add", T, x, op("mul", T, op(
+        "mul", T, v, a), b)), x, t1, t2, value)
+
+
+@register(aten.addcdiv)
+def _addcdiv(ctx, x, t1, t2, *, value=1):
+    """Eager's order and roundings: ``x + (value * t1) / t2``."""
+    if not compute_dtype(ctx.dtype).is_floating_point:
+        raise Unsupported("integer addcdiv")  # eager refuses it too
+    return _elementwise_of(ctx, lambda T, x, a, b, v: op("add", T, x, op(
+        "truediv", T, op("mul", T, v, a), b)), x, t1, t2, value)
+
+
+@register(aten.lerp)
+def _lerp(ctx, s, e, w):
+    if not compute_dtype(ctx.dtype).is_floating_point:
+        raise Unsupported("integer lerp")
+    small = None if isinstance(w, TensorValue) else abs(float(w)) < 0.5
+    return _elementwise_of(ctx, lambda T, s, e, w: lerp(T, s, e, w, small), s, e, w)
 
 
 @register(aten.div)
