@@ -4,7 +4,7 @@ values over the prim set, reductions, index-range checks, and the table lowering
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import sympy
@@ -187,15 +187,34 @@ def add_scaled(ctx: Ctx, prim: str, a, b, alpha) -> Lazy:
     return pointwise(ctx, prim, a, b)
 
 
-def lerp(cdt: torch.dtype, s: Expr, e: Expr, w: Expr, small: bool | None = None) -> Expr:
+def elementwise(ctx: Ctx, body: Callable, *args) -> Lazy:
+    """A value of ``ctx``'s dtype and size whose element is ``body(cdt, *elements)``: the
+    elements of ``args`` (broadcast) loaded in the compute dtype ``cdt``."""
+    dtype, size = ctx.dtype, ctx.size
+    cdt = compute_dtype(dtype)
+    return Lazy(dtype, size, lambda i: cast(body(cdt, *(bload(a, size, i, cdt) for a in args)),
+                                            dtype))
+
+
+def addc(cdt: torch.dtype, prim: str, x: Expr, t1: Expr, t2: Expr, value: Expr) -> Expr:
+    """Eager's addcmul (``prim`` "mul") or addcdiv ("truediv") of loaded values:
+    ``value * t1``, then times or over ``t2``, then plus ``x``; a float addcmul's last two in
+    one multiply-add rounded once, as eager's kernel."""
+    prod = op("mul", cdt, value, t1)
+    if prim == "mul" and cdt.is_floating_point:
+        return op("fma", cdt, prod, t2, x)
+    return op("add", cdt, x, op(prim, cdt, prod, t2))
+
+
+def lerp(cdt: torch.dtype, s: Expr, e: Expr, w: Expr, weight) -> Expr:
     """Eager's lerp of loaded values: ``s + w * (e - s)`` where ``|w| < 0.5``, else
-    ``e + (w - 1) * (e - s)``, each one multiply-add rounded once; ``small`` is which, when
-    the weight is a known constant."""
+    ``e + (w - 1) * (e - s)``, each one multiply-add rounded once; a number ``weight`` (the
+    op's argument) picks the formula once."""
     diff = op("sub", cdt, e, s)
     low = op("fma", cdt, w, diff, s)
     high = op("fma", cdt, op("sub", cdt, w, const(1, cdt)), diff, e)
-    if small is not None:
-        return low if small else high
+    if not isinstance(weight, TensorValue):
+        return low if abs(float(weight)) < 0.5 else high
     return op("where", cdt, op("lt", torch.bool, op("abs", cdt, w), const(0.5, cdt)), low, high)
 
 

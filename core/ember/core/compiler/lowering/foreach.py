@@ -18,14 +18,14 @@ from ember.core.compiler.ir import (
     StridedView,
     TensorValue,
     Unsupported,
-    cast,
     compute_dtype,
-    op,
 )
 from ember.core.compiler.lowering.builders import (
     Ctx,
     add_scaled,
+    addc,
     bload,
+    elementwise,
     lerp,
     pointwise,
     register,
@@ -144,25 +144,13 @@ def _scalar_of(ctx, i: int, scalars):
 
 
 def _addc(prim: str):
-    """self + value * t1 * t2 (addcmul) or self + value * t1 / t2 (addcdiv), in eager's order:
-    (value * t1) then times or over t2, then plus self (addcmul's last two in one multiply-add,
-    rounded once, as eager's kernel)."""
+    """Eager's addcmul or addcdiv of each tensor (``builders.addc``)."""
     def fn(ctx, i, xs, t1, t2, value=1):
         _count(ctx, [xs, t1, t2])
-        v = _scalar_of(ctx, i, value)
-        dtype, size = ctx.dtype, ctx.size
-        cdt = compute_dtype(dtype)
-        a, b, c = xs[i], t1[i], t2[i]
-
-        def body(idx):
-            prod = op("mul", cdt, bload(v, size, idx, cdt), bload(b, size, idx, cdt))
-            x, y = bload(a, size, idx, cdt), bload(c, size, idx, cdt)
-            if prim == "mul":  # eager's addcmul: one multiply-add
-                return cast(op("fma", cdt, prod, y, x), dtype)
-            return cast(op("add", cdt, x, op(prim, cdt, prod, y)), dtype)
-        if not cdt.is_floating_point:
-            raise Unsupported(f"{ctx.node.target} of {dtype}")
-        return Lazy(dtype, size, body)
+        if not compute_dtype(ctx.dtype).is_floating_point:
+            raise Unsupported(f"{ctx.node.target} of {ctx.dtype}")
+        return elementwise(ctx, lambda T, *a: addc(T, prim, *a), xs[i], t1[i], t2[i],
+                           _scalar_of(ctx, i, value))
     return _elementwise(fn)
 
 
@@ -176,20 +164,11 @@ def _foreach_lerp(ctx, i, xs, ends, weight):
     """Eager's lerp (``builders.lerp``)."""
     _count(ctx, [xs, ends])
     w = _pick(ctx, i, weight)
-    dtype, size = ctx.dtype, ctx.size
-    cdt = compute_dtype(dtype)
-    if not cdt.is_floating_point:
-        raise Unsupported(f"{ctx.node.target} of {dtype}")
-    a, b = xs[i], ends[i]
+    if not compute_dtype(ctx.dtype).is_floating_point:
+        raise Unsupported(f"{ctx.node.target} of {ctx.dtype}")
     if not isinstance(w, (TensorValue, int, float)) and not getattr(w, "is_number", False):
         raise Unsupported(f"{ctx.node.target} with a symbolic weight")
-
-    small = None if isinstance(w, TensorValue) else abs(float(w)) < 0.5
-
-    def body(idx):
-        s, e, wv = bload(a, size, idx, cdt), bload(b, size, idx, cdt), bload(w, size, idx, cdt)
-        return cast(lerp(cdt, s, e, wv, small), dtype)
-    return Lazy(dtype, size, body)
+    return elementwise(ctx, lambda T, s, e, wv: lerp(T, s, e, wv, w), xs[i], ends[i], w)
 
 
 @register(aten._foreach_copy)

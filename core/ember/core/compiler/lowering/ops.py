@@ -28,10 +28,12 @@ from ember.core.compiler.lowering.builders import (
     Ctx,
     Decline,
     add_scaled,
+    addc,
     bload,
     bload_converted,
     check_index,
     converted,
+    elementwise,
     lerp,
     meta_val,
     norm_dim,
@@ -139,40 +141,23 @@ def _add(ctx, a, b, *, alpha=1):
                       a, b, alpha)
 
 
-def _elementwise_of(ctx, body, *args) -> Lazy:
-    """A value of ``ctx``'s dtype and size whose element is ``body(cdt, *elements)``: the
-    elements of ``args`` (broadcast) loaded in the compute dtype ``cdt``."""
-    dtype, size = ctx.dtype, ctx.size
-    cdt = compute_dtype(dtype)
-    return Lazy(dtype, size, lambda i: cast(body(cdt, *(bload(a, size, i, cdt) for a in args)),
-                                            dtype))
-
-
 @register(aten.addcmul)
 def _addcmul(ctx, x, t1, t2, *, value=1):
-    """Eager's order: ``value * t1`` first; a float result then ``fma(that, t2, x)``."""
-    if compute_dtype(ctx.dtype).is_floating_point:
-        return _elementwise_of(ctx, lambda T, x, a, b, v: op("fma", T, op("mul", T, v, a), b, x),
-                               x, t1, t2, value)
-    return _elementwise_of(ctx, lambda T, x, a, b, v: op("add", T, x, op("mul", T, op(
-        "mul", T, v, a), b)), x, t1, t2, value)
+    return elementwise(ctx, lambda T, *a: addc(T, "mul", *a), x, t1, t2, value)
 
 
 @register(aten.addcdiv)
 def _addcdiv(ctx, x, t1, t2, *, value=1):
-    """Eager's order and roundings: ``x + (value * t1) / t2``."""
     if not compute_dtype(ctx.dtype).is_floating_point:
         raise Unsupported("integer addcdiv")  # eager refuses it too
-    return _elementwise_of(ctx, lambda T, x, a, b, v: op("add", T, x, op(
-        "truediv", T, op("mul", T, v, a), b)), x, t1, t2, value)
+    return elementwise(ctx, lambda T, *a: addc(T, "truediv", *a), x, t1, t2, value)
 
 
 @register(aten.lerp)
 def _lerp(ctx, s, e, w):
     if not compute_dtype(ctx.dtype).is_floating_point:
         raise Unsupported("integer lerp")
-    small = None if isinstance(w, TensorValue) else abs(float(w)) < 0.5
-    return _elementwise_of(ctx, lambda T, s, e, w: lerp(T, s, e, w, small), s, e, w)
+    return elementwise(ctx, lambda T, s, e, wv: lerp(T, s, e, wv, w), s, e, w)
 
 
 @register(aten.div)
