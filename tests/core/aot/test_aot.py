@@ -14,6 +14,7 @@ import zipfile
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from ember.core import __version__ as ember_version
 from ember.core import aot
@@ -339,6 +340,21 @@ def test_ops_taking_a_dtype_package(tmp_path):
     x, n = torch.randn(3, 7), torch.tensor([3, 7, 0])
     path = aot.aot_compile(_LengthMask(), (x, n), path=str(tmp_path / "mask.pt2"))
     torch.testing.assert_close(aot.aot_load(path)(x, n), _LengthMask()(x, n))
+
+
+class _OneHot(nn.Module):
+    """``one_hot``'s range checks: ``_assert_async`` calls, which return nothing."""
+
+    def forward(self, i):
+        return F.one_hot(i, 4).float() * 2
+
+
+def test_assert_in_a_package_raises_atens_message(tmp_path):
+    i = torch.tensor([0, 3, 1])
+    run = aot.aot_load(aot.aot_compile(_OneHot(), (i,), path=str(tmp_path / "onehot.pt2")))
+    torch.testing.assert_close(run(i), _OneHot()(i))
+    with pytest.raises(RuntimeError, match=r"smaller than num_classes\.$"):  # no backtrace
+        run(torch.tensor([0, 4, 1]))
 
 
 class _ComplexSolve(nn.Module):

@@ -7,6 +7,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
 
 #include <cstring>
 #include <optional>
@@ -122,6 +123,8 @@ int run_graph(void (*graph)(void* const* args, void** outputs), void* const* arg
     return report(e.what(), err, err_len, kBadInput);
   } catch (const IndexOutOfRange& e) {
     return report(e.what(), err, err_len, kIndexError);
+  } catch (const c10::Error& e) {  // ATen's check failing: its message, not its backtrace
+    return report(e.what_without_backtrace(), err, err_len, kFailed);
   } catch (const std::exception& e) {
     return report(e.what(), err, err_len, kFailed);
   }

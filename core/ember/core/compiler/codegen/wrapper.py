@@ -565,7 +565,8 @@ class PythonWrapper:
         kwargs = ", ".join(f"{k!r}: {self._arg(v)}" for k, v in step.kwargs.items())
         call = f"{op}(*{self._arg(tuple(step.args))}, **{{{kwargs}}})  # {step.op}"
         if step.out_tree == "single":
-            self.lines.append(f"{step.outs[0].name} = {call}")
+            b = step.outs[0]
+            self.lines.append(call if b is None else f"{b.name} = {call}")  # None: no result
         else:
             self.lines.append(f"_r = {call}")
             for k, b in enumerate(step.outs):
