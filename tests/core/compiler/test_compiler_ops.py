@@ -214,6 +214,19 @@ def test_reductions_over_the_one_dim_of_a_0d_tensor(ecompile, matches):
     matches(ecompile(f)(x), f(x))
 
 
+def test_gather_and_scatter_of_a_0d_tensor(ecompile, matches):
+    """dim 0 of a 0-d tensor, as max/median/kthvalue's backward scatters into it (these
+    raised IndexError while lowering, and their training graphs ran in eager)."""
+    f = lambda x, i: (torch.gather(x, 0, i) * 2, torch.scatter(x, 0, i, 5.0) + 1,
+                      torch.scatter(x, -1, i, x * 3) + 1)
+    x, i = torch.tensor(-3.0), torch.tensor(0)
+    matches(ecompile(f)(x, i), f(x, i))
+    g = ecompile(lambda x: torch.max(x, 0)[0] * 3 + torch.median(x, -1, True)[0])
+    x = torch.tensor(2.0, requires_grad=True)
+    g(x).backward()
+    assert x.grad.item() == 4.0
+
+
 def _multiply_adds(a, b, c, d, w):
     return (torch.add(a, b, alpha=0.3), torch.sub(a, b, alpha=1.7),
             torch.addcmul(a, b, c, value=0.3), torch.addcmul(a, b, c), torch.addcdiv(a, b, d),
@@ -599,6 +612,18 @@ def test_gather_index_out_of_range_raises_index_error(ecompile, what):
         ecompile(fn)(x, torch.tensor([2, 10]))
     with pytest.raises(IndexError, match=what):
         ecompile(fn)(x, torch.tensor([-11 if what == "index" else -1]))
+
+
+def test_asserts_of_a_graph_run_in_it(ecompile, matches):
+    """``one_hot``'s range checks reach us as ``_assert_async`` calls, which return nothing:
+    the graph compiles (strict) with eager's values and raises eager's message on a class out
+    of range."""
+    f = ecompile(lambda i: F.one_hot(i, 4) * 2)
+    matches(f(torch.tensor([0, 3, 1])), F.one_hot(torch.tensor([0, 3, 1]), 4) * 2)
+    with pytest.raises(RuntimeError, match="smaller than num_classes"):
+        f(torch.tensor([0, 4]))
+    with pytest.raises(RuntimeError, match="non-negative"):
+        f(torch.tensor([-1, 2]))
 
 
 def test_every_index_check_of_a_graph_is_kept(ecompile):

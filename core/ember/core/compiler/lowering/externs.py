@@ -354,10 +354,10 @@ def _gather(ctx, x, dim, index, *, sparse_grad=False):
     [0, size) raises IndexError after the kernels, as eager does before."""
     n = len(x.size)
     dim = norm_dim(dim, n)
-    if ctx.graph.device != "cpu" or len(index.size) != n or \
+    if ctx.graph.device != "cpu" or n == 0 or len(index.size) != n or \
             not ir.same(index.size[dim], sympy.Integer(1)) or \
             not all(ir.same(index.size[d], x.size[d]) for d in range(n) if d != dim):
-        raise Decline
+        raise Decline  # 0-d: ATen's
     size = list(index.size)
     size[dim] = x.size[dim]
     # int32 compares vectorize twice as wide; an index that wraps is caught by the check
@@ -385,7 +385,7 @@ def _scatter(ctx, x, dim, index, src=None, *, value=None, reduce=None):
     dim = norm_dim(dim, n)
     if value is not None:
         src = value
-    if reduce is not None or ctx.graph.device != "cpu" or len(index.size) != n or \
+    if reduce is not None or ctx.graph.device != "cpu" or n == 0 or len(index.size) != n or \
             not ir.same(index.size[dim], sympy.Integer(1)) or \
             not all(ir.same(index.size[d], x.size[d]) for d in range(n) if d != dim) or \
             (isinstance(src, TensorValue) and not all(
