@@ -18,12 +18,13 @@ from ember.core.compiler import (
     eager_parity,
     freezing,
     multiply_adds,
+    overlapping_writes,
     patterns,
     routing,
 )
 from ember.core.compiler.decompose import decomposition_table, log_graph
 from ember.core.compiler.options import check_mode, check_options
-from ember.core.compiler.pipeline import compile_graph, stats
+from ember.core.compiler.pipeline import compile_graph, run_in_eager, stats
 from ember.core.logs import get_logger
 
 # ``stats`` (graphs compiled / fallen back, kernels) is the pipeline's, read here by callers
@@ -75,6 +76,9 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: str | None 
     options["mode"] = check_mode(mode)
     capture.install()
     capture.record_graph(gm)
+    refused = overlapping_writes.find(gm)
+    if refused:  # eager raises its own error for such a write
+        return run_in_eager(gm.forward, refused)
     patterns.apply(gm, options)  # torch-level rewrites (unfused attention -> ember sdpa)
     eager_parity.apply(gm)  # where torch's decompositions index otherwise than eager
     multiply_adds.apply(gm)  # Dynamo's addcmul_ / addcdiv_ as eager rounds them

@@ -53,10 +53,15 @@ def compile_graph(gm: GraphModule, example_inputs, *, options: dict | None = Non
     except Exception as e:
         if strict:
             raise
-        stats["graphs_fallback"] += 1
-        fallback_log.warning("graph runs in eager ATen: %s: %s", type(e).__name__, e)
-        capture.record_fallback(f"<graph: {type(e).__name__}: {e}>")
-        return _boxed(gm.forward)
+        return _boxed(run_in_eager(gm.forward, f"{type(e).__name__}: {e}"))
+
+
+def run_in_eager(forward, reason: str):
+    """``forward`` left uncompiled: counted, logged with ``reason`` and kept for explain."""
+    stats["graphs_fallback"] += 1
+    fallback_log.warning("graph runs in eager ATen: %s", reason)
+    capture.record_fallback(f"<graph: {reason}>")
+    return forward
 
 
 def _checked(call, gm: GraphModule):

@@ -1,0 +1,159 @@
+"""In-place writes that eager refuses: found on Dynamo's graph, so the graph runs in eager.
+
+Eager raises ``unsupported operation`` when an in-place op writes a tensor in which several
+elements share one memory location (an expanded view), or when the written tensor and one of
+the op's inputs lie in one storage and overlap partly (``x[1:].mul_(x[:-1])``). AOTAutograd's
+functionalization removes the views, and the compiled graph would compute a value eager never
+gives. Such a graph runs as eager's graph instead, and eager raises its own error. The rule is
+ATen's (``get_overlap_status``): partial overlap is decided only between dense tensors, and a
+written tensor overlaps itself when it has a stride of 0 along a dimension longer than 1.
+Symbolic sizes are decided at the traced example's values, without a guard: a graph found
+overlapping there runs in eager at every size (eager's results, slower), one found clear
+compiles (the overlap is a matter of how the views are cut, not of the sizes).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import torch
+from torch.fx import GraphModule, Node
+from torch.multiprocessing.reductions import StorageWeakRef
+
+_INPLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itruediv,
+                      operator.ifloordiv, operator.imod, operator.ipow, operator.iand,
+                      operator.ior, operator.ixor, operator.ilshift, operator.irshift}
+
+
+@dataclass(frozen=True)
+class _Extent:
+    """A tensor's place in its storage, in bytes (concrete sizes only)."""
+    storage: StorageWeakRef
+    begin: int
+    end: int
+    strides: tuple[int, ...]
+    dense: bool
+
+
+def _int(v) -> int | None:
+    """``v``, or a symbolic size's value in the traced example (None when it has none)."""
+    if isinstance(v, torch.SymInt):
+        node = v.node
+        got = node.maybe_as_int()
+        return got if got is not None or not node.has_hint() else int(node.hint)
+    return v if isinstance(v, int) else None
+
+
+def _fake(a) -> torch.Tensor | None:
+    v = a.meta.get("example_value") if isinstance(a, Node) else None
+    return v if isinstance(v, torch.Tensor) and v.layout == torch.strided else None
+
+
+def _extent(t: torch.Tensor) -> _Extent | None:
+    shape, strides = [_int(v) for v in t.shape], [_int(v) for v in t.stride()]
+    offset = _int(t.storage_offset())
+    if None in shape or None in strides or offset is None or 0 in shape:
+        return None
+    size = t.element_size()
+    numel = 1
+    for n in shape:
+        numel *= n
+    return _Extent(StorageWeakRef(t.untyped_storage()), offset * size,
+                   (offset + numel) * size, tuple(strides), _dense(shape, strides))
+
+
+def _dense(shape: list[int], strides: list[int]) -> bool:
+    """Non-overlapping and dense: the elements fill one block, in some order of the dims."""
+    expected = 1
+    for stride, n in sorted((s, n) for n, s in zip(shape, strides) if n != 1):
+        if stride != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _self_overlapping(t: torch.Tensor) -> bool:
+    return any(_int(s) == 0 and (_int(n) or 0) > 1 for n, s in zip(t.shape, t.stride()))
+
+
+def _partly_overlapping(a: _Extent, b: _Extent) -> bool:
+    if not (a.dense and b.dense) or a.storage != b.storage:
+        return False
+    if (a.begin, a.end) == (b.begin, b.end):
+        return a.strides != b.strides
+    return a.begin < b.end and b.begin < a.end
+
+
+def _written_and_read(node: Node) -> tuple[Node, list] | None:
+    """The tensor an in-place node writes and the arguments it reads, or None."""
+    if node.op == "call_method" and node.target.endswith("_") and \
+            not node.target.startswith("__"):
+        return node.args[0], [*node.args[1:], *node.kwargs.values()]
+    if node.op != "call_function":
+        return None
+    if node.target in _INPLACE_OPERATORS:
+        return node.args[0], list(node.args[1:])
+    if node.target is operator.setitem:
+        return node, [node.args[2]]  # the written region is the indexed view (see _region)
+    out = node.kwargs.get("out")
+    if isinstance(out, Node):
+        return out, [*node.args, *(v for k, v in node.kwargs.items() if k != "out")]
+    name = getattr(node.target, "__name__", "")
+    if name.endswith("_") and not name.startswith("_") and node.args:
+        return node.args[0], [*node.args[1:], *node.kwargs.values()]
+    if node.kwargs.get("inplace") is True and node.args:
+        return node.args[0], list(node.args[1:])
+    return None
+
+
+def _region(node: Node, written: Node) -> torch.Tensor | None:
+    """The tensor ``node`` writes: for ``x[index] = v`` with basic indexing, ``x[index]``."""
+    if written is not node:
+        return _fake(written)
+    target, index = _fake(node.args[0]), node.args[1]
+    indices = index if isinstance(index, tuple) else (index,)
+    if target is None or not all(i is None or i is Ellipsis or isinstance(i, (int, slice))
+                                 for i in indices):
+        return None
+    if any(isinstance(i, slice) and not all(isinstance(v, (int, type(None)))
+                                            for v in (i.start, i.stop, i.step))
+           for i in indices):
+        return None
+    with target.fake_mode:
+        return target[index]
+
+
+def _flat_tensors(args) -> list[torch.Tensor]:
+    found = []
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            found += _flat_tensors(a)
+        elif (t := _fake(a)) is not None:
+            found.append(t)
+    return found
+
+
+def find(gm: GraphModule) -> str | None:
+    """Why eager would refuse an in-place write of ``gm`` (None: no such write)."""
+    for node in gm.graph.nodes:
+        got = _written_and_read(node)
+        if got is None:
+            continue
+        written, reads = got
+        region = _region(node, written)
+        if region is None:
+            continue
+        op = getattr(node.target, "__name__", str(node.target))
+        what = f"the in-place {op}" + ("" if op == node.name else f" ({node.name})")
+        if _self_overlapping(region):
+            return f"{what} writes a tensor whose elements share memory (an expanded view); " \
+                "eager raises"
+        mine = _extent(region)
+        if mine is None:
+            continue
+        for t in _flat_tensors(reads):
+            other = _extent(t)
+            if other is not None and _partly_overlapping(mine, other):
+                return f"{what} writes a tensor that partly overlaps one it reads; eager raises"
+    return None
