@@ -57,3 +57,19 @@ def test_opinfo(name, variant):
     if r.status == "skip":
         pytest.skip(r.detail)
     _judge([r], all_samples=True)
+
+
+def test_a_graph_left_to_eager_is_an_error(monkeypatch):
+    """A graph our backend runs in eager (an exception while compiling it) fails the check,
+    though eager's values match."""
+    from ember.core.compiler import pipeline
+
+    def broken(*args, **kwargs):
+        raise KeyError("a lowering bug")
+
+    monkeypatch.setattr(pipeline, "_compile", broken)
+    sin = OPS[NAMES.index("sin")]
+    r = opinfo.check_op(sin, "float32", max_samples=1)
+    assert r.status == "error" and "KeyError" in r.detail and "a lowering bug" in r.detail
+    [g] = opinfo.check_group([sin], "float32")
+    assert g.status == "error"

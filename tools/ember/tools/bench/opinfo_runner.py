@@ -5,8 +5,11 @@
 through ``torch.compile`` with ``backend`` ("ember": our default, non-strict behaviour, or any
 backend torch.compile takes, e.g. "inductor") and returns an ``OpResult``: ``pass``, ``wrong``
 (compiled output differs from eager), ``error`` (compiled raises where eager does not) or
-``skip`` (the variant does not apply: dtype unsupported, no samples). The test
-(``tests/core/compiler/test_opinfo.py``) and ``ember bench opinfo`` share it.
+``skip`` (the variant does not apply: dtype unsupported, no samples). A graph our backend
+leaves to eager ATen is an ``error`` too: an op we cannot lower runs in eager inside the
+compiled graph, so a whole graph in eager is a failure of ours (an exception while
+lowering). The test (``tests/core/compiler/test_opinfo.py``) and ``ember bench opinfo``
+share it.
 
 Variants: ``float32`` (forward), ``float32_grad`` (forward + gradients of the inputs),
 ``bfloat16`` (forward) and ``int64`` (forward). All the samples of one op go through one
@@ -186,6 +189,26 @@ class _Counter:
         raise ValueError(f"unknown backend {self.backend!r}")
 
 
+class GraphFellBack(Exception):
+    """Our backend left a graph to eager ATen (an error: every op lowers, or refuses per op)."""
+
+
+@contextlib.contextmanager
+def _graph_fallbacks(backend: str):
+    """Collects why graphs handed to our backend ran in eager while the block runs."""
+    found: list[str] = []
+    if backend != "ember":
+        yield found
+        return
+    from ember.core.compiler import capture
+    record = capture.start_recording()
+    try:
+        yield found
+    finally:
+        capture.stop_recording()
+        found += [f for f in record["fallback_ops"] if f.startswith("<graph:")]
+
+
 def _compare(actual, expected, *, grads: bool = False) -> None:
     table = GRAD_TOLERANCES if grads else {}
     a_leaves, a_spec = pytree.tree_flatten(actual)
@@ -268,11 +291,14 @@ def _one(op, samples, variant: str, backend: str, options: dict | None, counter:
     c = _Counter(backend, options)
     compiled = torch.compile(_with_grads(_runner(op, samples), grad, 0), backend=c)
     flat = _clone([t for s in samples for t in s.tensors()], grad)
-    try:
-        out, grads = compiled(*flat)
-    finally:
-        counter[0] += c.graphs
-        torch._dynamo.reset()
+    with _graph_fallbacks(backend) as fell:
+        try:
+            out, grads = compiled(*flat)
+        finally:
+            counter[0] += c.graphs
+            torch._dynamo.reset()
+    if fell:
+        raise GraphFellBack(fell[0])
     if not deterministic:
         _meta_only(out, ref)
         return
@@ -429,12 +455,15 @@ def check_group(ops: Sequence, variant: str = "float32", backend: str = "ember",
             ref = run_all(*flat_ref)
             torch._dynamo.reset()
             c = _Counter(backend, options)
-            try:
-                out = torch.compile(run_all, backend=c)(*flat)
-            except Exception:  # each op on its own below
-                out = None
-            finally:
-                torch._dynamo.reset()
+            with _graph_fallbacks(backend) as fell:
+                try:
+                    out = torch.compile(run_all, backend=c)(*flat)
+                except Exception:  # each op on its own below
+                    out = None
+                finally:
+                    torch._dynamo.reset()
+            if fell:
+                out = None  # each op on its own below names the one that fell back
             k = 0
             for i, (op, s) in enumerate(todo):
                 n = len(s[0].tensor_at)
