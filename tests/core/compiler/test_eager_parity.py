@@ -1,6 +1,7 @@
 """Upsampling against eager where eager's CPU kernels ignore the scale (nearest 2-D: an output
 of the input's size or twice it; linear modes: the input's size) and torch's decompositions
-do not (``eager_parity``)."""
+do not; multilabel margin loss, whose decomposition reads past a target row's -1
+(``eager_parity``)."""
 
 from __future__ import annotations
 
@@ -195,3 +196,47 @@ def test_ahead_of_time_dynamic_sizes(tmp_path):
         for rows in (3, 5, 10):
             x = torch.randn(1, 3, rows, 4)
             assert torch.equal(model(x), _Up(scale)(x)), (scale, rows)
+
+
+_MULTILABEL_TARGETS = torch.tensor([[0, 3, -1, 1], [1, -1, 0, 0], [3, 2, 1, 0]])
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_multilabel_margin_loss_stops_at_the_first_minus_one(ecompile, reduction):
+    """Random targets with -1 anywhere, in float64: eager's losses and input gradients."""
+    g = torch.Generator().manual_seed(0)
+    fn = lambda x, t: F.multilabel_margin_loss(x, t, reduction=reduction)
+    cases = [(torch.randn(3, 4, generator=g, dtype=torch.float64), _MULTILABEL_TARGETS)]
+    for n, c in [(5, 7), (1, 1), (6, 5)]:
+        cases.append((torch.randn(n, c, generator=g, dtype=torch.float64),
+                      torch.randint(-1, c, (n, c), generator=g)))
+    cases.append((torch.randn(4, generator=g, dtype=torch.float64), torch.tensor([2, -1, 0, 0])))
+    for x, t in cases:
+        xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+        ref, out = fn(xe, t), ecompile(fn)(xc, t)
+        assert out.shape == ref.shape
+        torch.testing.assert_close(out, ref)
+        ref.sum().backward()
+        out.sum().backward()
+        torch.testing.assert_close(xc.grad, xe.grad)
+
+
+def test_multilabel_margin_loss_decomposition_alone_differs_from_eager():
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    ref = torch.ops.aten.multilabel_margin_loss_forward(x, _MULTILABEL_TARGETS, 0)
+    torch_decomposition = torch._decomp.decomposition_table[
+        torch.ops.aten.multilabel_margin_loss_forward.default]
+    ours = eager_parity.decompositions()[torch.ops.aten.multilabel_margin_loss_forward.default]
+    assert not torch.allclose(torch_decomposition(x, _MULTILABEL_TARGETS, 0)[0], ref[0])
+    for a, b in zip(ours(x, _MULTILABEL_TARGETS, 0), ref):
+        torch.testing.assert_close(a, b)
+
+
+def test_multilabel_margin_loss_package_matches_eager(tmp_path):
+    from ember.core import aot
+
+    loss = nn.MultiLabelMarginLoss(reduction="none")
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(1))
+    path = aot.aot_compile(loss, (x, _MULTILABEL_TARGETS), path=str(tmp_path / "mlm.pt2"))
+    torch.testing.assert_close(aot.aot_load(path)(x, _MULTILABEL_TARGETS),
+                               loss(x, _MULTILABEL_TARGETS))

@@ -14,6 +14,10 @@ key, before any decomposition table is consulted) do not:
   decomposition).
 Given a scale of exactly that ratio for those dimensions, both compute eager's values, and the
 output size stays what it was. Other devices are left alone.
+
+``multilabel_margin_loss``: torch's decomposition (also registered at the autograd key) counts
+the target slots after a row's first -1 as class 0 where eager stops at the -1
+(``[1, -1, 0, 0]`` gave 6.65 where eager gives 1.84); the calls get a composite that stops.
 """
 
 from __future__ import annotations
@@ -183,9 +187,56 @@ def _with_eager_scales(fn, op: _AtenUpsample, name: str):
     return call
 
 
+def _multilabel_margin(input, target):
+    """Eager's per-sample multilabel margin loss and its is-target mask (both over rows of
+    ``input`` seen as 2-D): the hinge ``1 - x[t_j] + x[k]`` for each target slot ``j`` before
+    the first -1 and each class ``k`` not a target, summed, over the number of classes."""
+    x = input.reshape(1, -1) if input.dim() < 2 else input
+    t = target.reshape(x.shape)
+    classes = x.shape[1]
+    idx = torch.arange(classes, device=x.device)
+    used = idx < torch.where(t == -1, idx, classes).amin(-1, keepdim=True)
+    is_target = (torch.where(used, t, -1).unsqueeze(-1) == idx).any(1)
+    margin = 1 - x.gather(1, torch.where(used, t, 0)).unsqueeze(-1) + x.unsqueeze(1)
+    keep = used.unsqueeze(-1) & ~is_target.unsqueeze(1) & (margin > 0)
+    return torch.where(keep, margin, 0).sum((1, 2)) / classes, is_target
+
+
+def _reduced(per_sample, input, reduction: int):
+    if reduction == 1:
+        return per_sample.mean()
+    if reduction == 2:
+        return per_sample.sum()
+    return per_sample.reshape(input.shape[:-1]) if input.dim() == 2 else per_sample.reshape(())
+
+
+def _multilabel_margin_loss_aten(input, target, reduction: int = 1):
+    """``aten.multilabel_margin_loss`` (``reduction``: 0 none, 1 mean, 2 sum), as eager."""
+    return _reduced(_multilabel_margin(input, target)[0], input, reduction)
+
+
+def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """``F.multilabel_margin_loss`` as eager computes it."""
+    from torch.nn import _reduction
+
+    if size_average is not None or reduce is not None:
+        reduction = _reduction.legacy_get_string(size_average, reduce)
+    return _multilabel_margin_loss_aten(input, target, _reduction.get_enum(reduction))
+
+
+def _multilabel_margin_loss_forward(input, target, reduction: int):
+    per_sample, is_target = _multilabel_margin(input, target)
+    return (_reduced(per_sample, input, reduction),
+            is_target.to(input.dtype).reshape(target.shape))
+
+
 def _torch_level_rewrites() -> dict:
     table = {F.interpolate: interpolate, F.upsample: upsample,
-             F.upsample_nearest: upsample_nearest}
+             F.upsample_nearest: upsample_nearest,
+             F.multilabel_margin_loss: multilabel_margin_loss,
+             torch._C._nn.multilabel_margin_loss: _multilabel_margin_loss_aten,
+             aten.multilabel_margin_loss: _multilabel_margin_loss_aten,
+             aten.multilabel_margin_loss.default: _multilabel_margin_loss_aten}
     for packet, op in _ATEN_UPSAMPLES.items():
         name = packet._qualified_op_name.split("::")[-1]
         for target in (packet, packet.vec, packet.default, getattr(torch._C._nn, name, None)):
@@ -199,7 +250,8 @@ _REWRITES = _torch_level_rewrites()
 
 def apply(gm: GraphModule) -> GraphModule:
     """Point the graph's upsampling calls at their eager-scale versions (the choice is
-    made when AOTAutograd traces them, from the real sizes and device)."""
+    made when AOTAutograd traces them, from the real sizes and device), and its multilabel
+    margin losses at eager's formula."""
     rewritten = 0
     for node in gm.graph.nodes:
         if node.op == "call_function":
@@ -209,7 +261,8 @@ def apply(gm: GraphModule) -> GraphModule:
                 rewritten += 1
     if rewritten:
         gm.recompile()
-        log.debug("eager parity: %d upsampling calls take eager's scales", rewritten)
+        log.debug("eager parity: %d upsampling or multilabel margin calls rewritten",
+                  rewritten)
     return gm
 
 
@@ -219,9 +272,10 @@ def _torch_decomposition(overload):
 
 
 def decompositions() -> dict:
-    """ATen overload -> torch's decomposition given eager's scales (``torch.export``'s
-    ``run_decompositions`` consults its table before these ops' own composite kernels)."""
-    table = {}
+    """ATen overload -> torch's decomposition given eager's scales, and eager's multilabel
+    margin loss (``torch.export``'s ``run_decompositions`` consults its table before these
+    ops' own composite kernels)."""
+    table = {aten.multilabel_margin_loss_forward.default: _multilabel_margin_loss_forward}
     for packet, op in _ATEN_UPSAMPLES.items():
         for overload in (packet.vec, packet.default):
             decomposition = _torch_decomposition(overload)
