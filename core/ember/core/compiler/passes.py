@@ -5,10 +5,13 @@ possibly the last bits of its results) is a named pass here, logged at DEBUG on
 ``ember.codegen`` whenever it changes something. ``PASSES`` lists them with the code
 generators that apply them:
 
-- ``divide_by_reciprocal``: in a loop, ``a / d`` with ``d`` invariant in the loop becomes
-  ``a * (1 / d)``: one division per row instead of one per element, as eager's softmax and
-  norms compute. Applied by the C++ code generator to loop stages. Triton keeps the true
-  division: applying it there would change Triton kernels' results in the last bit.
+- ``divide_by_reciprocal``: in a loop, ``a / d`` with ``d`` invariant in the loop and
+  computed from a reduction of the same kernel (softmax's row sum) becomes ``a * (1 / d)``:
+  one division per row instead of one per element, as eager's softmax computes. A division
+  by a constant or by a scalar read from memory stays a division, as eager's ``div`` computes
+  it (``x / 0.7`` was an ulp off eager in a tenth of the elements). Applied by the C++ code
+  generator to loop stages. Triton keeps the true division: applying it there would change
+  Triton kernels' results in the last bit.
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ _DISCONTINUOUS = frozenset({"floor", "ceil", "trunc", "round", "floordiv", "trun
 
 def divide_by_reciprocal(e: ir.Expr, loop_vars: set, memo: dict | None = None,
                          where: str = "") -> ir.Expr:
-    """``e`` with each float division by a value invariant in ``loop_vars`` (and a dividend
-    that is not) turned into a multiplication by its reciprocal, except where the quotient
+    """``e`` with each float division by a value invariant in ``loop_vars`` that reads a
+    reduction's accumulator (and a dividend that is not invariant) turned into a
+    multiplication by its reciprocal, except where the quotient
     feeds a rounding or comparing prim: there the reciprocal's last bit can flip the result
     (round(x / 1000) at x = 2500), so the true division stays. ``memo`` caches
     ``ir.invariant`` answers for ``loop_vars``."""
@@ -54,7 +58,8 @@ def divide_by_reciprocal(e: ir.Expr, loop_vars: set, memo: dict | None = None,
         args = tuple(rewrite(a, exact) for a in x.args)
         if x.prim == "truediv" and not exact and x.dtype.is_floating_point \
                 and ir.invariant(args[1], loop_vars, memo) \
-                and not ir.invariant(args[0], loop_vars, memo):
+                and not ir.invariant(args[0], loop_vars, memo) \
+                and any(isinstance(v, ir.Var) for v in ir.walk(args[1])):
             count += 1
             return ir.PrimOp(x.dtype, "mul", (args[0], ir.PrimOp(x.dtype, "reciprocal",
                                                                   (args[1],))))
@@ -69,7 +74,7 @@ def divide_by_reciprocal(e: ir.Expr, loop_vars: set, memo: dict | None = None,
 
 PASSES = {p.name: p for p in [
     Pass("divide_by_reciprocal", ("cpp",),
-         "a / d with d invariant in the loop -> a * (1 / d)", divide_by_reciprocal),
+         "a / d with d a loop-invariant reduction result -> a * (1 / d)", divide_by_reciprocal),
 ]}
 
 
