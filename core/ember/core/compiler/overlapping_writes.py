@@ -1,12 +1,15 @@
-"""In-place writes that eager refuses: found on Dynamo's graph, so the graph runs in eager.
+"""In-place writes over overlapping memory: found on Dynamo's graph, so the graph runs in eager.
 
-Eager raises ``unsupported operation`` when an in-place op writes a tensor in which several
-elements share one memory location (an expanded view), or when the written tensor and one of
-the op's inputs lie in one storage and overlap partly (``x[1:].mul_(x[:-1])``). AOTAutograd's
-functionalization removes the views, and the compiled graph would compute a value eager never
-gives. Such a graph runs as eager's graph instead, and eager raises its own error. The rule is
-ATen's (``get_overlap_status``): partial overlap is decided only between dense tensors, and a
-written tensor overlaps itself when it has a stride of 0 along a dimension longer than 1.
+Eager raises ``unsupported operation`` when the written tensor and one of the op's inputs lie
+in one storage and overlap partly (``x[1:].mul_(x[:-1])``), and when most ops write a tensor
+in which several elements share one memory location (an expanded view); ``fill_``, ``zero_``,
+``masked_fill_``, ``index_fill_`` and ``index_put_`` write such a tensor. AOTAutograd's
+functionalization removes the views: it computed values eager never gives, and for writes
+through an expanded view wrong ones (``x[:1].expand(3, 4).fill_(2)`` left 4.0 in ``x``;
+Inductor the same). Such a graph runs as eager's graph instead: eager raises its own error or
+computes its own value. The rule is ATen's (``get_overlap_status``): partial overlap is decided
+only between dense tensors, and a written tensor overlaps itself when it has a stride of 0
+along a dimension longer than 1.
 Symbolic sizes are decided at the traced example's values, without a guard: a graph found
 overlapping there runs in eager at every size (eager's results, slower), one found clear
 compiles (the overlap is a matter of how the views are cut, not of the sizes).
@@ -14,6 +17,7 @@ compiles (the overlap is a matter of how the views are cut, not of the sizes).
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from dataclasses import dataclass
 
@@ -24,6 +28,12 @@ from torch.multiprocessing.reductions import StorageWeakRef
 _INPLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itruediv,
                       operator.ifloordiv, operator.imod, operator.ipow, operator.iand,
                       operator.ior, operator.ixor, operator.ilshift, operator.irshift}
+
+
+# In-place methods that change a tensor's metadata, not its elements.
+_METADATA_ONLY = {"requires_grad_", "retain_grad", "share_memory_", "detach_", "t_",
+                  "transpose_", "unsqueeze_", "squeeze_", "as_strided_", "resize_",
+                  "resize_as_", "set_", "swapdims_", "swapaxes_"}
 
 
 @dataclass(frozen=True)
@@ -89,18 +99,21 @@ def _written_and_read(node: Node) -> tuple[Node, list] | None:
     """The tensor an in-place node writes and the arguments it reads, or None."""
     if node.op == "call_method" and node.target.endswith("_") and \
             not node.target.startswith("__"):
+        if node.target in _METADATA_ONLY:
+            return None
         return node.args[0], [*node.args[1:], *node.kwargs.values()]
     if node.op != "call_function":
         return None
     if node.target in _INPLACE_OPERATORS:
         return node.args[0], list(node.args[1:])
-    if node.target is operator.setitem:
+    if node.target is operator.setitem:  # eager copies even a number: fill_ is not used
         return node, [node.args[2]]  # the written region is the indexed view (see _region)
     out = node.kwargs.get("out")
     if isinstance(out, Node):
         return out, [*node.args, *(v for k, v in node.kwargs.items() if k != "out")]
     name = getattr(node.target, "__name__", "")
-    if name.endswith("_") and not name.startswith("_") and node.args:
+    if name.endswith("_") and not name.startswith("_") and node.args and \
+            name not in _METADATA_ONLY:
         return node.args[0], [*node.args[1:], *node.kwargs.values()]
     if node.kwargs.get("inplace") is True and node.args:
         return node.args[0], list(node.args[1:])
@@ -120,7 +133,7 @@ def _region(node: Node, written: Node) -> torch.Tensor | None:
                                             for v in (i.start, i.stop, i.step))
            for i in indices):
         return None
-    with target.fake_mode:
+    with getattr(target, "fake_mode", None) or contextlib.nullcontext():
         return target[index]
 
 
@@ -147,8 +160,7 @@ def find(gm: GraphModule) -> str | None:
         op = getattr(node.target, "__name__", str(node.target))
         what = f"the in-place {op}" + ("" if op == node.name else f" ({node.name})")
         if _self_overlapping(region):
-            return f"{what} writes a tensor whose elements share memory (an expanded view); " \
-                "eager raises"
+            return f"{what} writes a tensor whose elements share memory (an expanded view)"
         mine = _extent(region)
         if mine is None:
             continue
