@@ -162,6 +162,24 @@ def test_reason_names_the_write():
                        "eager raises"]
 
 
+def test_writes_through_overlapping_windows_give_eagers_values(ecompile, matches):
+    """Overlapping ``unfold`` windows: eager adds once per window; functionalization refused
+    the write (an error from inside AOTAutograd). Windows that do not overlap stay compiled."""
+    def overlapping(x):
+        x.unfold(0, 3, 1).add_(1)
+        return x * 1
+
+    def disjoint(x):
+        x.unfold(0, 2, 2).mul_(3)
+        return x * 1
+
+    before = pipeline.stats["graphs_fallback"]
+    matches(ecompile(overlapping)(torch.arange(6.0)), overlapping(torch.arange(6.0)))
+    assert pipeline.stats["graphs_fallback"] == before + 1
+    matches(ecompile(disjoint)(torch.arange(6.0)), disjoint(torch.arange(6.0)))
+    assert pipeline.stats["graphs_fallback"] == before + 1
+
+
 THROUGH_EXPANDED = {
     "fill_": lambda y: y.fill_(2.0),
     "zero_": lambda y: y.zero_(),

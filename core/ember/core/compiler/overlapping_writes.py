@@ -83,8 +83,27 @@ def _dense(shape: list[int], strides: list[int]) -> bool:
     return True
 
 
+_COUNTED_OFFSETS = 1 << 20  # a view up to this size that is not dense has its offsets counted
+
+
 def _self_overlapping(t: torch.Tensor) -> bool:
-    return any(_int(s) == 0 and (_int(n) or 0) > 1 for n, s in zip(t.shape, t.stride()))
+    """Do two elements of ``t`` share memory? A stride of 0 along a dimension longer than 1
+    (an expanded view: ATen's test), or, for a view that is not dense, such as overlapping
+    ``unfold`` windows (functionalization refuses those), a repeated offset."""
+    shape, strides = [_int(n) for n in t.shape], [_int(s) for s in t.stride()]
+    if any(s == 0 and (n or 0) > 1 for n, s in zip(shape, strides)):
+        return True
+    if None in shape or None in strides or _dense(shape, strides):
+        return False
+    numel = 1
+    for n in shape:
+        numel *= n
+    if numel > _COUNTED_OFFSETS:
+        return False
+    offsets = torch.zeros((), dtype=torch.int64)
+    for n, s in zip(shape, strides):
+        offsets = (offsets.unsqueeze(-1) + torch.arange(n) * s).flatten()
+    return offsets.unique().numel() < numel
 
 
 def _partly_overlapping(a: _Extent, b: _Extent) -> bool:
