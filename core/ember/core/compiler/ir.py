@@ -110,6 +110,11 @@ class Unsupported(Exception):
     """Raised by a lowering that cannot handle its node; the node falls back to ATen."""
 
 
+class EagerOnly(Exception):
+    """Raised by a lowering whose node no ATen call inside the graph computes as eager does
+    (it depends on how eager's tensors share storage): the whole graph runs in eager."""
+
+
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return _UPCAST.get(dtype, dtype)
 

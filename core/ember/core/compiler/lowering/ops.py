@@ -416,11 +416,27 @@ def _select(ctx, x, dim, index):
 
 @register(aten.as_strided)
 def _as_strided(ctx, x, size, stride, storage_offset=None):
+    """A view of the storage ``x`` lies in (eager's ``storage_offset`` counts from that
+    storage's start, not from ``x``). Lowered where our buffer is laid out as eager's
+    storage: an intermediate whose strides and offset are eager's, or a graph input or
+    constant without an offset (addressed from ``x``'s own start). A graph input with an
+    offset is ATen's (its storage offset is not guarded); an intermediate laid out otherwise
+    than eager's makes the graph run in eager (an ATen call would see our copy)."""
     x = ctx.graph.realize(x)
-    if not x.is_natural():
-        raise Unsupported("as_strided of a view")
-    off = sym(storage_offset) if storage_offset is not None else sympy.Integer(0)
-    return StridedView(x.buf, [sym(s) for s in size], [sym(s) for s in stride], off)
+    val = meta_val(ctx.node.args[0])
+    outside = any(b is x.buf for b in ctx.graph.inputs) or x.buf.name in ctx.graph.constants
+    size, stride = [sym(s) for s in size], [sym(s) for s in stride]
+    if outside:
+        if storage_offset is not None:
+            raise Unsupported("as_strided with a storage offset into a graph input")
+        return StridedView(x.buf, size, stride, x.offset)
+    if not (isinstance(val, torch.Tensor) and ir.same(x.offset, sym(val.storage_offset()))
+            and all(ir.same(n, 1) or ir.same(a, sym(b))
+                    for n, a, b in zip(x.size, x.stride, val.stride()))):
+        raise ir.EagerOnly("as_strided of a value whose storage is laid out otherwise than "
+                           "eager's (a view of another value)")
+    off = x.offset if storage_offset is None else sym(storage_offset)
+    return StridedView(x.buf, size, stride, off)
 
 
 @register(aten.flip)
