@@ -188,6 +188,16 @@ def test_as_strided_of_a_view_of_an_intermediate_reads_eagers_storage(matches):
         matches(ember_compile(f)(a), f(a))
 
 
+def test_pow_with_a_symbolic_exponent(ecompile, matches):
+    """With ``dynamic=True`` an int exponent is a size-like symbol (``renorm``'s ``p`` and
+    ``1 / p``): lowering read it with float() and the graph ran in eager."""
+    f = lambda x, p: (x.abs() + 0.5) ** p + x.abs() ** (1.0 / p) + torch.renorm(x, p, 0, 0.7)
+    c = ecompile(f, dynamic=True)
+    for p in (2, 3, 5):
+        x = torch.randn(4, 5, generator=torch.Generator().manual_seed(p))
+        matches(c(x, p), f(x, p))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_reductions(ecompile, matches, dtype):
     x = torch.randn(6, 7, 9).to(dtype)

@@ -181,7 +181,7 @@ def _pow(ctx, a, b):
         raise Unsupported("scalar pow")
     # the exponents eager's kernel computes by multiplication (gelu_new's x ** 3): the same
     # rounding, and no call of the vector pow, which is ~10x slower
-    e = None if isinstance(b, TensorValue) else float(b)
+    e = None if isinstance(b, TensorValue) or not sympy.sympify(b).is_number else float(b)
     if e == 2.0:
         return pointwise(ctx, "mul", a, a)
     if e == 3.0:
