@@ -188,6 +188,16 @@ def test_as_strided_of_a_view_of_an_intermediate_reads_eagers_storage(matches):
         matches(ember_compile(f)(a), f(a))
 
 
+def test_select_and_slice_with_symbolic_negative_positions(ecompile, matches):
+    """Under dynamic=True an int position is a symbol of unknown sign: a negative one counts
+    from the end (it read before the buffer, or sliced from 0)."""
+    f = lambda x, i, s, e: (x.select(1, i) * 2, x[s:e:2] + 1, x[:, s:] * 3)
+    c = ecompile(f, dynamic=True)
+    x = torch.randn(20, 6, generator=torch.Generator().manual_seed(0))
+    for i, s, e in [(-1, -10, -2), (2, 3, 15), (-6, -20, 19)]:
+        matches(c(x, i, s, e), f(x, i, s, e))
+
+
 def test_pow_with_a_symbolic_exponent(ecompile, matches):
     """With ``dynamic=True`` an int exponent is a size-like symbol (``renorm``'s ``p`` and
     ``1 / p``): lowering read it with float() and the graph ran in eager."""

@@ -388,6 +388,9 @@ def _slice(ctx, x, dim=0, start=None, end=None, step=1):
     start = sym(start or 0)
     if isinstance(start, sympy.Expr) and start.is_number and start < 0:
         start = start + x.size[dim]
+    if not start.is_number and not start.is_nonnegative:
+        # an int argument under dynamic=True: its sign, so where it counts from, is not known
+        raise Unsupported("slice with a symbolic start of unknown sign")
     if not (start.is_number and start >= 0 and size[dim].is_number) and start != 0:
         # symbolic start: trust torch's clamped output size, compute start from the end
         start = sympy.Max(0, sympy.Min(start, x.size[dim]))
@@ -408,6 +411,8 @@ def _select(ctx, x, dim, index):
     index = sym(index)
     if index.is_number and index < 0:
         index = index + x.size[dim]
+    if not index.is_number and not index.is_nonnegative:
+        raise Unsupported("select with a symbolic index of unknown sign")
     if isinstance(x, StridedView):
         return StridedView(x.buf, x.size[:dim] + x.size[dim + 1:],
                            x.stride[:dim] + x.stride[dim + 1:], x.offset + index * x.stride[dim])
