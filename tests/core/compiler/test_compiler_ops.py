@@ -198,6 +198,17 @@ def test_select_and_slice_with_symbolic_negative_positions(ecompile, matches):
         matches(c(x, i, s, e), f(x, i, s, e))
 
 
+def test_embedding_bag_of_a_strided_index_view(ecompile, matches):
+    """PyTorch's OpInfo sample: indices a stride-2 view. ``F.embedding_bag`` makes them
+    contiguous, and ATen's kernel reads them as contiguous without checking: the contiguous
+    clone must stay a copy (it was skipped: off by 72 on the sample)."""
+    g = torch.Generator().manual_seed(0)
+    w, psw = torch.randn(10, 5, generator=g), torch.randn(5, generator=g)
+    idx, off = torch.tensor([0, 1, 7, 5, 3, 4, 2, 5, 8, 9, 6])[1::2], torch.tensor([0, 3])
+    f = lambda w, i, o, p: F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p)
+    matches(ecompile(f)(w, idx, off, psw), f(w, idx, off, psw))
+
+
 def test_pow_with_a_symbolic_exponent(ecompile, matches):
     """With ``dynamic=True`` an int exponent is a size-like symbol (``renorm``'s ``p`` and
     ``1 / p``): lowering read it with float() and the graph ran in eager."""

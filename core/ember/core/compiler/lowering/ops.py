@@ -223,8 +223,11 @@ def _convert(ctx, x, *args, **kwargs):
         raise Unsupported("scalar conversion")
     if ctx.node.target._overloadpacket in (aten.alias,) and isinstance(x, StridedView):
         return x
-    # asked for channels_last: a copy unless the strides already are
-    return _copy_of(ctx, x, any_layout=kwargs.get("memory_format") is not torch.channels_last)
+    # asked for a layout (channels_last, or contiguous: ATen's embedding_bag reads its indices
+    # as contiguous without checking, trusting F.embedding_bag's .contiguous()): a copy unless
+    # the strides already are
+    return _copy_of(ctx, x, any_layout=kwargs.get("memory_format") in (None,
+                                                                      torch.preserve_format))
 
 
 def _copy_of(ctx, x: TensorValue, any_layout: bool) -> Lazy:
