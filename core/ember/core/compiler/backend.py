@@ -77,7 +77,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, *, mode: str | None 
     capture.install()
     capture.record_graph(gm)
     refused = overlapping_writes.find(gm)
-    if refused:  # eager raises its own error for such a write
+    if refused:  # eager raises its own error, or writes the shared memory, for such a write
         return run_in_eager(gm.forward, refused)
     patterns.apply(gm, options)  # torch-level rewrites (unfused attention -> ember sdpa)
     eager_parity.apply(gm)  # where torch's decompositions index otherwise than eager

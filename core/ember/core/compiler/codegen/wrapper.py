@@ -566,7 +566,8 @@ class PythonWrapper:
         call = f"{op}(*{self._arg(tuple(step.args))}, **{{{kwargs}}})  # {step.op}"
         if step.out_tree == "single":
             b = step.outs[0]
-            self.lines.append(call if b is None else f"{b.name} = {call}")  # None: no result
+            # an op that returns nothing (one_hot's _assert_async checks) is a bare call
+            self.lines.append(call if b is None else f"{b.name} = {call}")
         else:
             self.lines.append(f"_r = {call}")
             for k, b in enumerate(step.outs):

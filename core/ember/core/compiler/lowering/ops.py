@@ -11,6 +11,8 @@ from __future__ import annotations
 import sympy
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
+from torch.fx import Node as FxNode
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ember.core.compiler import ir
 from ember.core.compiler.ir import (
@@ -384,6 +386,18 @@ def _squeeze(ctx, x, dims=None):
     return Lazy(x.dtype, [x.size[d] for d in keep], fn)
 
 
+def _known_nonnegative(ctx, v, position: int, name: str) -> bool:
+    """Is the position ``v`` (the node's argument ``position`` / ``name``) known not to count
+    from the end? An int argument under dynamic=True is a symbol of unknown sign; one built
+    from sizes is settled by the sizes' ranges and guards."""
+    if v.is_number or v.is_nonnegative:
+        return True
+    args = ctx.node.args
+    fx = args[position] if len(args) > position else ctx.node.kwargs.get(name)
+    val = meta_val(fx) if isinstance(fx, FxNode) else fx
+    return isinstance(val, torch.SymInt) and statically_known_true(val >= 0)
+
+
 @register(aten.slice)
 def _slice(ctx, x, dim=0, start=None, end=None, step=1):
     dim = norm_dim(dim, len(x.size))
@@ -391,8 +405,7 @@ def _slice(ctx, x, dim=0, start=None, end=None, step=1):
     start = sym(start or 0)
     if isinstance(start, sympy.Expr) and start.is_number and start < 0:
         start = start + x.size[dim]
-    if not start.is_number and not start.is_nonnegative:
-        # an int argument under dynamic=True: its sign, so where it counts from, is not known
+    if not _known_nonnegative(ctx, start, 2, "start"):
         raise Unsupported("slice with a symbolic start of unknown sign")
     if not (start.is_number and start >= 0 and size[dim].is_number) and start != 0:
         # symbolic start: trust torch's clamped output size, compute start from the end
@@ -414,7 +427,7 @@ def _select(ctx, x, dim, index):
     index = sym(index)
     if index.is_number and index < 0:
         index = index + x.size[dim]
-    if not index.is_number and not index.is_nonnegative:
+    if not _known_nonnegative(ctx, index, 2, "index"):
         raise Unsupported("select with a symbolic index of unknown sign")
     if isinstance(x, StridedView):
         return StridedView(x.buf, x.size[:dim] + x.size[dim + 1:],
