@@ -194,7 +194,7 @@ def test_select_and_slice_with_symbolic_negative_positions(ecompile, matches):
     f = lambda x, i, s, e: (x.select(1, i) * 2, x[s:e:2] + 1, x[:, s:] * 3)
     c = ecompile(f, dynamic=True)
     x = torch.randn(20, 6, generator=torch.Generator().manual_seed(0))
-    for i, s, e in [(-1, -10, -2), (2, 3, 15), (-6, -20, 19)]:
+    for i, s, e in [(-1, -10, -2), (2, 3, 15), (-6, -20, 19), (1, 25, 30)]:
         matches(c(x, i, s, e), f(x, i, s, e))
 
 

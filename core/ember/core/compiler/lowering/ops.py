@@ -407,11 +407,10 @@ def _slice(ctx, x, dim=0, start=None, end=None, step=1):
         start = start + x.size[dim]
     if not _known_nonnegative(ctx, start, 2, "start"):
         raise Unsupported("slice with a symbolic start of unknown sign")
-    if not (start.is_number and start >= 0 and size[dim].is_number) and start != 0:
-        # symbolic start: trust torch's clamped output size, compute start from the end
-        start = sympy.Max(0, sympy.Min(start, x.size[dim]))
     if start.is_number and x.size[dim].is_number:
-        start = min(int(start), int(x.size[dim]))
+        start = max(0, min(int(start), int(x.size[dim])))
+    # else a start known not to be negative: past the end, torch's output size is 0 and
+    # nothing is read, so it needs no clamp (a Min/Max the Triton printer cannot index with)
     start = sym(start)
     if isinstance(x, StridedView):
         stride = list(x.stride)
