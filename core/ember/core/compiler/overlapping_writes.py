@@ -18,10 +18,12 @@ compiles (the overlap is a matter of how the views are cut, not of the sizes).
 from __future__ import annotations
 
 import contextlib
+import math
 import operator
 from dataclasses import dataclass
 
 import torch
+from torch._prims_common import _is_non_overlapping_and_dense_or_false as _dense
 from torch.fx import GraphModule, Node
 from torch.multiprocessing.reductions import StorageWeakRef
 
@@ -65,22 +67,9 @@ def _extent(t: torch.Tensor) -> _Extent | None:
     offset = _int(t.storage_offset())
     if None in shape or None in strides or offset is None or 0 in shape:
         return None
-    size = t.element_size()
-    numel = 1
-    for n in shape:
-        numel *= n
+    size, numel = t.element_size(), math.prod(shape)
     return _Extent(StorageWeakRef(t.untyped_storage()), offset * size,
                    (offset + numel) * size, tuple(strides), _dense(shape, strides))
-
-
-def _dense(shape: list[int], strides: list[int]) -> bool:
-    """Non-overlapping and dense: the elements fill one block, in some order of the dims."""
-    expected = 1
-    for stride, n in sorted((s, n) for n, s in zip(shape, strides) if n != 1):
-        if stride != expected:
-            return False
-        expected *= n
-    return True
 
 
 _COUNTED_OFFSETS = 1 << 20  # a view up to this size that is not dense has its offsets counted
@@ -95,9 +84,7 @@ def _self_overlapping(t: torch.Tensor) -> bool:
         return True
     if None in shape or None in strides or _dense(shape, strides):
         return False
-    numel = 1
-    for n in shape:
-        numel *= n
+    numel = math.prod(shape)
     if numel > _COUNTED_OFFSETS:
         return False
     offsets = torch.zeros((), dtype=torch.int64)
