@@ -1,7 +1,7 @@
 """Known OpInfo failures of the ember backend: ``"op_name:variant"`` -> (status, reason).
 
 ``op_name`` is the OpInfo name plus ``.variant_test_name`` when it has one; ``variant`` one
-of ``float32``, ``float32_grad``, ``bfloat16``, ``int64``. ``status`` is only ever
+of ``opinfo_runner.VARIANTS``. ``status`` is only ever
 ``"error"``: a wrong result is never a known failure (fix the compiler, or make the lowering
 raise ``Unsupported`` so the node runs in eager ATen). Every entry says why, and a claim
 that torch itself fails is checked against Inductor (``ember bench opinfo`` runs both).

@@ -2,12 +2,13 @@
 in its default (non-strict) mode, compared with eager (``ember.tools.bench.opinfo_runner``).
 
 Fast: every op's first float32 sample, 24 ops to one compiled function. Slow: every sample,
-one compiled function per op, in four variants (float32, float32 forward + backward,
-bfloat16, int64). Known failures live in ``opinfo_expected.py`` only; a wrong result is
-never one of them.
+one compiled function per op, in five variants (float32, float32 forward + backward, float32
+on non-contiguous views, bfloat16, int64). Known failures live in ``opinfo_expected.py``
+only; a wrong result is never one of them.
 """
 
 import pytest
+import torch
 
 from ember.tools.bench import opinfo_runner as opinfo
 
@@ -73,3 +74,35 @@ def test_a_graph_left_to_eager_is_an_error(monkeypatch):
     assert r.status == "error" and "KeyError" in r.detail and "a lowering bug" in r.detail
     [g] = opinfo.check_group([sin], "float32")
     assert g.status == "error"
+
+
+def test_inputs_keep_their_layout():
+    """The non-contiguous variant hands the compiled function views (a storage offset, gaps
+    of NaN between the elements); the runner's copies keep that layout and the gaps."""
+    sin = OPS[NAMES.index("sin")]
+    [s] = opinfo._samples(sin, "float32_noncontig", 1)
+    [t] = s.tensors()
+    assert not t.is_contiguous() and t.storage_offset() == 1
+    [c] = opinfo._clone([t], grad=False)
+    assert (c.shape, c.stride(), c.storage_offset()) == (t.shape, t.stride(), t.storage_offset())
+    assert c.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
+    whole = opinfo._whole_storage(c)
+    assert whole.numel() == 2 * t.numel() and whole[::2].isnan().all()
+    assert torch.equal(c, t)
+
+
+def test_a_write_outside_a_view_input_is_wrong(monkeypatch):
+    """A compiled function that changes the memory around a view input (here: the NaN gaps
+    to zero) gives a wrong result, though every element of the view is right."""
+    def clobbering(self, gm, example_inputs):
+        def run(*args):
+            out = gm.forward(*args)
+            for a in args:
+                if isinstance(a, torch.Tensor) and not a.is_contiguous():
+                    opinfo._whole_storage(a).nan_to_num_(0.0)
+            return out
+        return run
+
+    monkeypatch.setattr(opinfo._Counter, "__call__", clobbering)
+    r = opinfo.check_op(OPS[NAMES.index("sin")], "float32_noncontig", max_samples=1)
+    assert r.status == "wrong" and "not close" in r.detail, r

@@ -105,8 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="zoo --suite hf|vision: keep each model's rows in DIR and reuse them "
                             "on the next run, so a suite can run in parts")
     bench.add_argument("--variants", metavar="LIST",
-                       help="opinfo: comma list of float32,float32_grad,bfloat16,int64 "
-                            "(default float32)")
+                       help="opinfo: comma list of float32,float32_grad,float32_noncontig,"
+                            "bfloat16,int64 (default float32)")
     bench.add_argument("--ops", metavar="LIST",
                        help="opinfo: comma list of OpInfo names (default: all of op_db)")
     bench.add_argument("--max-samples", metavar="N", type=int,

@@ -1,21 +1,26 @@
-"""OpInfo conformance: compile PyTorch's OpInfo catalogue through a backend, compare with eager.
+"""OpInfo conformance: compile PyTorch's OpInfo catalogue through a backend, compare with
+eager.
 
 ``check_op(op, variant, backend)`` runs one OpInfo (from
 ``torch.testing._internal.common_methods_invocations.op_db``) with its CPU sample inputs
-through ``torch.compile`` with ``backend`` ("ember": our default, non-strict behaviour, or any
-backend torch.compile takes, e.g. "inductor") and returns an ``OpResult``: ``pass``, ``wrong``
-(compiled output differs from eager), ``error`` (compiled raises where eager does not) or
-``skip`` (the variant does not apply: dtype unsupported, no samples). A graph our backend
-leaves to eager ATen is an ``error`` too: an op we cannot lower runs in eager inside the
-compiled graph, so a whole graph in eager is a failure of ours (an exception while
+through ``torch.compile`` with ``backend`` ("ember": our default, non-strict behaviour, or
+any backend torch.compile takes, e.g. "inductor") and returns an ``OpResult``: ``pass``,
+``wrong`` (compiled output differs from eager), ``error`` (compiled raises where eager does
+not) or ``skip`` (the variant does not apply: dtype unsupported, no samples). A graph our
+backend leaves to eager ATen is an ``error`` too: an op we cannot lower runs in eager inside
+the compiled graph, so a whole graph in eager is a failure of ours (an exception while
 lowering). The test (``tests/core/compiler/test_opinfo.py``) and ``ember bench opinfo``
 share it.
 
 Variants: ``float32`` (forward), ``float32_grad`` (forward + gradients of the inputs),
-``bfloat16`` (forward) and ``int64`` (forward). All the samples of one op go through one
-compiled function (Dynamo traces them into one graph: one compile per op); when that fails,
-each sample is compiled on its own to name the failing one. Ops with randomness are compared
-with equal seeds and, where the random stream is consumed differently, by dtype and shape.
+``float32_noncontig`` (forward on non-contiguous views of the same values, NaN in the gaps
+between the elements, as PyTorch's own non-contiguous sample test builds them), ``bfloat16``
+(forward) and ``int64`` (forward). Inputs keep their layout (strides, storage offset) and
+the memory around a view input must come back as eager leaves it. All the samples of one op
+go through one compiled function (Dynamo traces them into one graph: one compile per op);
+when that fails, each sample is compiled on its own to name the failing one. Ops with
+randomness are compared with equal seeds and, where the random stream is consumed
+differently, by dtype and shape.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.utils import _pytree as pytree
 
-VARIANTS = ("float32", "float32_grad", "bfloat16", "int64")
+VARIANTS = ("float32", "float32_grad", "float32_noncontig", "bfloat16", "int64")
 DTYPES = {"float32": torch.float32, "float32_grad": torch.float32,
+          "float32_noncontig": torch.float32,
           "bfloat16": torch.bfloat16, "int64": torch.int64}
 # (atol, rtol) per output dtype; bfloat16 kernels compute in float32 and round once, eager
 # rounds every intermediate (Inductor's OpInfo test is as loose for low precision).
@@ -102,6 +108,8 @@ def _samples(op, variant: str, max_samples: int | None) -> list[_Sample]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for s in op.sample_inputs("cpu", dtype, requires_grad=grad):
+            if variant == "float32_noncontig":
+                s = s.noncontiguous()
             leaves, spec = pytree.tree_flatten((s.input, tuple(s.args), dict(s.kwargs)))
             at = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
             out.append(_Sample(leaves, spec, at))
@@ -124,13 +132,31 @@ def applies(op, variant: str) -> str | None:
 
 
 def _clone(tensors, grad: bool):
+    """Copies that keep each tensor's layout (strides, storage offset, the storage around a
+    view): kernels meet the views the samples hold, and writes outside them show."""
     out = []
     for t in tensors:
-        c = t.detach().clone()
+        d = t.detach()
+        if _is_view_like(d):
+            c = _whole_storage(d).clone().as_strided(d.shape, d.stride(), d.storage_offset())
+        else:
+            c = d.clone()
         if grad and t.requires_grad:
             c.requires_grad_(True)
         out.append(c)
     return out
+
+
+def _is_view_like(t: torch.Tensor) -> bool:
+    plain = t.layout == torch.strided and not (t.is_quantized or t.is_conj() or t.is_neg())
+    return plain and (t.storage_offset() != 0 or not t.is_contiguous()
+                      or t.untyped_storage().nbytes() != t.numel() * t.element_size())
+
+
+def _whole_storage(t: torch.Tensor) -> torch.Tensor:
+    """All of ``t``'s storage as a 1-d tensor of its dtype (shares the memory)."""
+    n = t.untyped_storage().nbytes() // t.element_size()
+    return t.new_empty(0).set_(t.untyped_storage(), 0, (n,), (1,))
 
 
 # ----------------------------------------------------------------------------- running
@@ -235,6 +261,13 @@ def _compare(actual, expected, *, grads: bool = False) -> None:
             raise AssertionError(f"output {i}: {a!r} != {e!r}")
 
 
+def _compare_storages(actual: list, expected: list) -> None:
+    """The memory around each view input is as eager left it (NaN gaps stay NaN)."""
+    for a, e in zip(actual, expected):
+        if isinstance(e, torch.Tensor) and _is_view_like(e.detach()):
+            _compare([_whole_storage(a.detach())], [_whole_storage(e.detach())])
+
+
 def _meta_only(actual, expected) -> None:
     """Dtype and shape of every tensor output (ops whose values eager itself does not fix)."""
     a_leaves = pytree.tree_leaves(actual)
@@ -305,6 +338,7 @@ def _one(op, samples, variant: str, backend: str, options: dict | None, counter:
     try:
         _compare(out, ref)
         _compare(flat, ref_in)  # in-place updates of the inputs
+        _compare_storages(flat, ref_in)
         if grad:
             _compare(grads, ref_grads, grads=True)
     except AssertionError:
@@ -472,6 +506,7 @@ def check_group(ops: Sequence, variant: str = "float32", backend: str = "ember",
                     try:
                         _compare(out[i], ref[i])
                         _compare(flat[k:k + n], flat_ref[k:k + n])
+                        _compare_storages(flat[k:k + n], flat_ref[k:k + n])
                     except AssertionError:
                         ok = False
                 k += n
