@@ -91,6 +91,19 @@ def test_inputs_keep_their_layout():
     assert torch.equal(c, t)
 
 
+def test_inputs_keep_their_sharing():
+    """One tensor passed twice stays one tensor, and views of one storage stay views of one
+    (new) storage: a write through one shows in the others, as it does in eager."""
+    base = torch.arange(6.0)
+    x = torch.ones(3)
+    ca, cb, cx, cx2, cbase = opinfo._clone([base[:4], base[2:], x, x, base], grad=False)
+    assert cx is cx2 and cx.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    ptrs = {c.untyped_storage().data_ptr() for c in (ca, cb, cbase)}
+    assert len(ptrs) == 1 and base.untyped_storage().data_ptr() not in ptrs
+    ca[2] = -1.0
+    assert cb[0] == -1.0 and cbase[2] == -1.0 and base[2] == 2.0
+
+
 def test_a_write_outside_a_view_input_is_wrong(monkeypatch):
     """A compiled function that changes the memory around a view input (here: the NaN gaps
     to zero) gives a wrong result, though every element of the view is right."""

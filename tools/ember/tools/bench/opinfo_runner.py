@@ -16,7 +16,8 @@ Variants: ``float32`` (forward), ``float32_grad`` (forward + gradients of the in
 ``float32_noncontig`` (forward on non-contiguous views of the same values, NaN in the gaps
 between the elements, as PyTorch's own non-contiguous sample test builds them), ``bfloat16``
 (forward) and ``int64`` (forward). Inputs keep their layout (strides, storage offset) and
-the memory around a view input must come back as eager leaves it. All the samples of one op
+their sharing (one tensor in two samples, views of one storage), and the memory around a
+view input must come back as eager leaves it. All the samples of one op
 go through one compiled function (Dynamo traces them into one graph: one compile per op);
 when that fails, each sample is compiled on its own to name the failing one. Ops with
 randomness are compared with equal seeds and, where the random stream is consumed
@@ -133,23 +134,56 @@ def applies(op, variant: str) -> str | None:
 
 def _clone(tensors, grad: bool):
     """Copies that keep each tensor's layout (strides, storage offset, the storage around a
-    view): kernels meet the views the samples hold, and writes outside them show."""
+    view) and the sharing between them (one tensor passed twice, two views of one storage):
+    kernels meet the views and aliases the samples hold, and writes outside a view show."""
+    copies: dict[int, torch.Tensor] = {}
+    storages: dict[int, torch.UntypedStorage] = {}
+    shared = _shared_storages(tensors)
     out = []
     for t in tensors:
+        if id(t) in copies:
+            out.append(copies[id(t)])
+            continue
         d = t.detach()
-        if _is_view_like(d):
-            c = _whole_storage(d).clone().as_strided(d.shape, d.stride(), d.storage_offset())
+        key = _storage_key(d)
+        if key is not None and (_is_view_like(d) or key in shared):
+            if key not in storages:
+                storages[key] = d.untyped_storage().clone()
+            c = d.new_empty(0).set_(storages[key], d.storage_offset(), d.shape, d.stride())
         else:
             c = d.clone()
         if grad and t.requires_grad:
             c.requires_grad_(True)
+        copies[id(t)] = c
         out.append(c)
     return out
 
 
+def _storage_key(t: torch.Tensor) -> int | None:
+    """The address of a plain strided tensor's storage; None for other tensors and for empty
+    storages (which share no memory)."""
+    if not _plain(t) or t.untyped_storage().nbytes() == 0:
+        return None
+    return t.untyped_storage().data_ptr()
+
+
+def _shared_storages(tensors) -> set[int]:
+    """Storages that more than one distinct tensor in ``tensors`` views."""
+    owners: dict[int, set[int]] = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            key = _storage_key(t.detach())
+            if key is not None:
+                owners.setdefault(key, set()).add(id(t))
+    return {k for k, ids in owners.items() if len(ids) > 1}
+
+
+def _plain(t: torch.Tensor) -> bool:
+    return t.layout == torch.strided and not (t.is_quantized or t.is_conj() or t.is_neg())
+
+
 def _is_view_like(t: torch.Tensor) -> bool:
-    plain = t.layout == torch.strided and not (t.is_quantized or t.is_conj() or t.is_neg())
-    return plain and (t.storage_offset() != 0 or not t.is_contiguous()
+    return _plain(t) and (t.storage_offset() != 0 or not t.is_contiguous()
                       or t.untyped_storage().nbytes() != t.numel() * t.element_size())
 
 
