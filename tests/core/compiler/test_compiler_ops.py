@@ -188,6 +188,16 @@ def test_as_strided_of_a_view_of_an_intermediate_reads_eagers_storage(matches):
         matches(ember_compile(f)(a), f(a))
 
 
+def test_an_op_on_expanded_inputs_returns_a_dense_tensor(ecompile, matches):
+    """as_strided_scatter's meta kernel gives its output an expanded input's stride 0; the op
+    returns a dense tensor, which no copy can lay out with stride 0: the buffer is row-major
+    (it raised "more than one element ... refers to a single memory location")."""
+    x, src = torch.randn(3, 1).expand(3, 3), torch.randn(2, 1).expand(2, 2)
+    f = lambda x, s: (torch.as_strided_scatter(x, s, (2, 2), (1, 2), 0),
+                      torch.as_strided_scatter(x, s, (2, 2), (3, 1), 1).sin() * 2)
+    matches(ecompile(f)(x, src), f(x, src))
+
+
 def test_select_and_slice_with_symbolic_negative_positions(ecompile, matches):
     """Under dynamic=True an int position is a symbol of unknown sign: a negative one counts
     from the end (it read before the buffer, or sliced from 0)."""

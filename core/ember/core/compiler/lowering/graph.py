@@ -270,7 +270,7 @@ class GraphLowering:
         reads = [a.buf for a in args if isinstance(a, StridedView)]
         vals = val if isinstance(val, tuple) else (val,)
         outs = [None if v is None else self.new_buffer(v.dtype, [sym(s) for s in v.shape],
-                                                       [sym(s) for s in v.stride()])
+                                                       _fresh_strides(v))
                 for v in vals]
         tree = "tuple" if isinstance(val, tuple) else "single"
         self.add(Extern(target, args, {}, outs, tree, False, reads))
@@ -335,8 +335,8 @@ class GraphLowering:
         outs = []
         for v in vals:
             if isinstance(v, torch.Tensor):
-                outs.append(self.new_buffer(v.dtype, [sym(s) for s in v.shape],
-                                            [sym(s) for s in v.stride()]))
+                strides = _fresh_strides(v) if pure else [sym(s) for s in v.stride()]
+                outs.append(self.new_buffer(v.dtype, [sym(s) for s in v.shape], strides))
             else:
                 outs.append(None)
         tree = "list" if isinstance(val, list) else "tuple" if isinstance(val, tuple) \
@@ -510,6 +510,18 @@ def _is_effect_token(node: FxNode) -> bool:
     with_effects = torch.ops.higher_order.with_effects
     return bool(node.users) and all(u.target is with_effects and u.args[0] is node
                                     for u in node.users)
+
+
+def _fresh_strides(v: torch.Tensor) -> list:
+    """Strides of a buffer that an op returning a fresh tensor fills, from its meta value
+    ``v``: ``v``'s, unless a dimension longer than one has stride 0 (a meta kernel that kept
+    an expanded input's layout, as as_strided_scatter's does; the op itself returns a dense
+    tensor, and no copy can make one that overlaps): then row-major."""
+    shape = [sym(s) for s in v.shape]
+    if any(isinstance(st, int) and st == 0 and not (isinstance(n, int) and n == 1)
+           for n, st in zip(v.shape, v.stride())):
+        return ir.contiguous_strides(shape)
+    return [sym(s) for s in v.stride()]
 
 
 def dense_order(val, rank: int) -> tuple | None:
