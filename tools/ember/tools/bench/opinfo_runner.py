@@ -17,11 +17,10 @@ Variants: ``float32`` (forward), ``float32_grad`` (forward + gradients of the in
 between the elements, as PyTorch's own non-contiguous sample test builds them), ``bfloat16``
 (forward) and ``int64`` (forward). Inputs keep their layout (strides, storage offset) and
 their sharing (one tensor in two samples, views of one storage), and the memory around a
-view input must come back as eager leaves it. All the samples of one op
-go through one compiled function (Dynamo traces them into one graph: one compile per op);
-when that fails, each sample is compiled on its own to name the failing one. Ops with
-randomness are compared with equal seeds and, where the random stream is consumed
-differently, by dtype and shape.
+view input must come back as eager leaves it. All the samples of one op go through one
+compiled function (Dynamo traces them into one graph: one compile per op); when that fails,
+each sample is compiled on its own to name the failing one. Ops with randomness are compared
+with equal seeds and, where the random stream is consumed differently, by dtype and shape.
 """
 
 from __future__ import annotations
