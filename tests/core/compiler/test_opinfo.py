@@ -2,8 +2,9 @@
 in its default (non-strict) mode, compared with eager (``ember.tools.bench.opinfo_runner``).
 
 Fast: every op's first float32 sample, 24 ops to one compiled function. Slow: every sample,
-one compiled function per op, in five variants (float32, float32 forward + backward, float32
-on non-contiguous views, bfloat16, int64). Known failures live in ``opinfo_expected.py``
+one compiled function per op, in eight variants (float32, float32 forward + backward, float32
+on non-contiguous views, channels-last, column-major and expanded (stride-0) float32 inputs,
+bfloat16, int64). Known failures live in ``opinfo_expected.py``
 only; a wrong result is never one of them.
 """
 
@@ -119,3 +120,23 @@ def test_a_write_outside_a_view_input_is_wrong(monkeypatch):
     monkeypatch.setattr(opinfo._Counter, "__call__", clobbering)
     r = opinfo.check_op(OPS[NAMES.index("sin")], "float32_noncontig", max_samples=1)
     assert r.status == "wrong" and "not close" in r.detail, r
+
+
+def test_layout_variants_relay_the_samples_they_apply_to():
+    """Each layout variant keeps a sample's values (expanded: broadcast from the first element
+    of the last dimension) in its layout, and leaves out samples it does not apply to."""
+    conv = OPS[NAMES.index("nn.functional.conv2d")]
+    plain = opinfo._samples(conv, "float32", 1)[0].tensors()[0]
+    x = opinfo._samples(conv, "float32_channels_last", 1)[0].tensors()[0]
+    assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+    assert torch.equal(x, plain)
+    assert opinfo._samples(OPS[NAMES.index("sin")], "float32_channels_last", None) == []
+    assert opinfo.check_op(OPS[NAMES.index("sin")], "float32_channels_last").status == "skip"
+    mm = OPS[NAMES.index("mm")]
+    a, b = opinfo._samples(mm, "float32_transposed", 1)[0].tensors()
+    a0, _ = opinfo._samples(mm, "float32", 1)[0].tensors()
+    assert a.stride() == (1, a.shape[0]) and torch.equal(a, a0)
+    e, _ = opinfo._samples(mm, "float32_expanded", 1)[0].tensors()
+    assert e.stride()[-1] == 0 and torch.equal(e, a0[:, :1].expand(a0.shape))
+    r = opinfo.check_op(conv, "float32_channels_last", max_samples=2)
+    assert r.status == "pass" and r.samples == 2, r

@@ -106,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "on the next run, so a suite can run in parts")
     bench.add_argument("--variants", metavar="LIST",
                        help="opinfo: comma list of float32,float32_grad,float32_noncontig,"
+                            "float32_channels_last,float32_transposed,float32_expanded,"
                             "bfloat16,int64 (default float32)")
     bench.add_argument("--ops", metavar="LIST",
                        help="opinfo: comma list of OpInfo names (default: all of op_db)")

@@ -1,9 +1,9 @@
 """`ember bench opinfo`: PyTorch's OpInfo catalogue through ember and Inductor, vs eager.
 
-Per variant (float32, float32_grad, float32_noncontig, bfloat16, int64) and backend: how
-many ops pass, give a wrong result, raise, or do not apply (skip), each op's CPU samples
-compiled together (``ember.tools.bench.opinfo_runner.check_op``; ember runs in its
-default, non-strict mode).
+Per variant (float32, float32_grad, float32_noncontig, float32_channels_last,
+float32_transposed, float32_expanded, bfloat16, int64) and backend: how many ops pass, give
+a wrong result, raise, or do not apply (skip), each op's CPU samples compiled together
+(``ember.tools.bench.opinfo_runner.check_op``; ember runs in its default, non-strict mode).
 
 Defaults: backends ``ember,inductor``, variant ``float32``, every op of ``op_db``, the first
 8 samples of each (Inductor compiles slowly; ``--max-samples 0`` takes them all).

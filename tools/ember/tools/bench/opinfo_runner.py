@@ -14,16 +14,20 @@ share it.
 
 Variants: ``float32`` (forward), ``float32_grad`` (forward + gradients of the inputs),
 ``float32_noncontig`` (forward on non-contiguous views of the same values, NaN in the gaps
-between the elements, as PyTorch's own non-contiguous sample test builds them),
-``bfloat16`` (forward) and ``int64`` (forward). A floating forward result off eager's by
-more than the tolerance passes when each element off eager's is no further from the float64
-result than eager's furthest element of that output (bfloat16: or is the op computed in
-float32 and rounded once). Inputs keep their layout (strides, storage offset) and their
-sharing (one tensor in two samples, views of one storage), and the memory around a view
-input must come back as eager leaves it. All the samples of one op go through one compiled
-function (Dynamo traces them into one graph: one compile per op); when that fails, each
-sample is compiled on its own to name the failing one. Ops with randomness are compared
-with equal seeds and, where the random stream is consumed differently, by dtype and shape.
+between the elements, as PyTorch's own non-contiguous sample test builds them), three
+layouts of float32 inputs (forward on the samples with a tensor the layout applies to:
+``float32_channels_last``, 4-d and 5-d tensors channels-last; ``float32_transposed``,
+tensors of two or more dimensions column-major; ``float32_expanded``, the last dimension a
+stride-0 broadcast of its first element), ``bfloat16`` (forward) and ``int64`` (forward). A
+floating forward result off eager's by more than the tolerance passes when each element off
+eager's is no further from the float64 result than eager's furthest element of that output
+(bfloat16: or is the op computed in float32 and rounded once). Inputs keep their layout
+(strides, storage offset) and their sharing (one tensor in two samples, views of one
+storage), and the memory around a view input must come back as eager leaves it. All the
+samples of one op go through one compiled function (Dynamo traces them into one graph: one
+compile per op); when that fails, each sample is compiled on its own to name the failing
+one. Ops with randomness are compared with equal seeds and, where the random stream is
+consumed differently, by dtype and shape.
 """
 
 from __future__ import annotations
@@ -38,9 +42,11 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.utils import _pytree as pytree
 
-VARIANTS = ("float32", "float32_grad", "float32_noncontig", "bfloat16", "int64")
+VARIANTS = ("float32", "float32_grad", "float32_noncontig", "float32_channels_last",
+            "float32_transposed", "float32_expanded", "bfloat16", "int64")
 DTYPES = {"float32": torch.float32, "float32_grad": torch.float32,
-          "float32_noncontig": torch.float32,
+          "float32_noncontig": torch.float32, "float32_channels_last": torch.float32,
+          "float32_transposed": torch.float32, "float32_expanded": torch.float32,
           "bfloat16": torch.bfloat16, "int64": torch.int64}
 # (atol, rtol) per output dtype; bfloat16 kernels compute in float32 and round once, eager
 # rounds every intermediate (Inductor's OpInfo test is as loose for low precision).
@@ -103,6 +109,47 @@ class _Sample:
         return [self.leaves[p] for p in self.tensor_at]
 
 
+def _channels_last(t: torch.Tensor) -> torch.Tensor | None:
+    if t.dim() == 4:
+        return t.contiguous(memory_format=torch.channels_last)
+    if t.dim() == 5:
+        return t.contiguous(memory_format=torch.channels_last_3d)
+    return None
+
+
+def _transposed(t: torch.Tensor) -> torch.Tensor | None:
+    """Column-major: the same values with the last two dimensions swapped in memory."""
+    return t.mT.contiguous().mT if t.dim() >= 2 else None
+
+
+def _expanded(t: torch.Tensor) -> torch.Tensor | None:
+    """The last dimension a stride-0 broadcast of its first element (values change)."""
+    if t.dim() == 0 or t.shape[-1] < 2:
+        return None
+    return t.narrow(-1, 0, 1).clone().expand(t.shape)
+
+
+# layout variants: each strided sample tensor the transform applies to takes that layout;
+# a sample none of whose tensors it applies to is left out (the float32 variant has it)
+LAYOUTS: dict[str, Callable] = {"float32_channels_last": _channels_last,
+                                "float32_transposed": _transposed,
+                                "float32_expanded": _expanded}
+
+
+def _relaid(sample, layout: Callable):
+    """``sample`` with ``layout`` applied to its tensors, or None where it applies to none."""
+    changed = []
+
+    def one(t):
+        new = (layout(t) if isinstance(t, torch.Tensor) and t.layout == torch.strided
+               else None)
+        changed.append(new is not None)
+        return t if new is None else new
+
+    out = sample.transform(one)
+    return out if any(changed) else None
+
+
 def _samples(op, variant: str, max_samples: int | None) -> list[_Sample]:
     dtype = DTYPES[variant]
     grad = variant == "float32_grad"
@@ -113,6 +160,10 @@ def _samples(op, variant: str, max_samples: int | None) -> list[_Sample]:
         for s in op.sample_inputs("cpu", dtype, requires_grad=grad):
             if variant == "float32_noncontig":
                 s = s.noncontiguous()
+            elif variant in LAYOUTS:
+                s = _relaid(s, LAYOUTS[variant])
+                if s is None:
+                    continue
             leaves, spec = pytree.tree_flatten((s.input, tuple(s.args), dict(s.kwargs)))
             at = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
             out.append(_Sample(leaves, spec, at))
@@ -385,7 +436,7 @@ def _one(op, samples, variant: str, backend: str, options: dict | None, counter:
         _meta_only(out, ref)
 
 
-ARBITRATED = ("float32", "float32_noncontig", "bfloat16")  # forward variants of floats
+ARBITRATED = ("float32", "float32_noncontig", *LAYOUTS, "bfloat16")  # forward, floats
 
 
 def _no_less_accurate_than_eager(op, samples, variant: str, actual, expected) -> bool:
@@ -501,6 +552,8 @@ def check_op(op, variant: str, backend: str = "ember", *, max_samples: int | Non
             samples = _samples(op, variant, max_samples)
         except Exception as e:  # the catalogue itself failing: not ours
             return OpResult(name, variant, "skip", f"sample inputs raise {type(e).__name__}")
+        if not samples:
+            return OpResult(name, variant, "skip", "no sample the variant's layout applies to")
         usable = []
         for s in samples:  # samples eager rejects (error inputs) are not compared
             try:
