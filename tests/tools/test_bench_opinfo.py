@@ -71,8 +71,9 @@ def test_bfloat16_result_is_judged_against_float64_when_it_differs_from_eager():
 
 
 def test_accuracy_is_judged_per_output_and_not_where_float64_overflows():
-    """Eager's error in one output excuses nothing in another; where the float64 result is
-    not finite, only eager's value or the float32-once one holds."""
+    """Eager's error in one output excuses nothing in another, nor does an element where
+    eager overflows; where the float64 result is not finite, only eager's value or the
+    float32-once one holds."""
     import torch
 
     exact = [torch.tensor([1.0, 5.0], dtype=torch.float64), torch.tensor([1.0, float("inf")],
@@ -86,6 +87,10 @@ def test_accuracy_is_judged_per_output_and_not_where_float64_overflows():
         opinfo_runner._no_less_accurate([eager[0], torch.tensor([1.0, 3.0])], eager, exact)
     once = [eager[0], torch.tensor([1.0, 3.0])]
     opinfo_runner._no_less_accurate([eager[0], torch.tensor([1.0, 3.0])], eager, exact, once)
+    overflowed = [torch.tensor([float("inf"), 4.0])]  # eager's inf bounds nothing
+    with pytest.raises(AssertionError, match=r"output 0 at \(1,\)"):
+        opinfo_runner._no_less_accurate([torch.tensor([float("inf"), 100.0])], overflowed,
+                                        exact[:1])
 
 
 def test_group_norm_of_a_constant_input_passes_on_accuracy(monkeypatch):
