@@ -198,6 +198,19 @@ def test_an_op_on_expanded_inputs_returns_a_dense_tensor(ecompile, matches):
     matches(ecompile(f)(x, src), f(x, src))
 
 
+def test_an_extern_output_of_another_dtype_than_its_fake_kernel_says(ecompile, matches):
+    """_batch_norm_with_update's CPU kernel returns bfloat16 running statistics where its fake
+    kernel says float32; the wrapper converts, so the in-place update equals eager's (the
+    bfloat16 bytes were read as float32: half the values, then memory past the buffer)."""
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(s, generator=g).bfloat16() for s in ((4, 5, 6), (5,), (5,)))
+    mean, var = torch.randn(5, generator=g).bfloat16(), torch.rand(5, generator=g).bfloat16()
+    f = lambda x, w, b, m, v: torch.ops.aten._batch_norm_with_update(x, w, b, m, v, 0.5, 1e-5)
+    m1, v1, m2, v2 = mean.clone(), var.clone(), mean.clone(), var.clone()
+    matches(ecompile(f)(x, w, b, m1, v1), f(x, w, b, m2, v2))
+    assert torch.equal(m1, m2) and torch.equal(v1, v2)
+
+
 def test_select_and_slice_with_symbolic_negative_positions(ecompile, matches):
     """Under dynamic=True an int position is a symbol of unknown sign: a negative one counts
     from the end (it read before the buffer, or sliced from 0)."""

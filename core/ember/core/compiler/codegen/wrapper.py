@@ -413,12 +413,20 @@ def _inplace_candidates(k: Kernel, dying: set, buffers: dict) -> dict:
 # ---------------------------------------------------------------- the Python renderer
 
 
-def _fix_strides(t: torch.Tensor, size: tuple, stride: tuple) -> torch.Tensor:
-    """Return ``t`` laid out with ``stride`` (a copy only when a real dim disagrees).
+def _fix_strides(t: torch.Tensor, size: tuple, stride: tuple,
+                 dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Return ``t`` laid out with ``stride`` (a copy only when a real dim disagrees) and, where
+    given, of ``dtype``: the fake kernel's dtype, which later kernels read the buffer as (the
+    CPU kernel of ``_batch_norm_with_update_functional`` returns bfloat16 running statistics
+    where its fake kernel says float32).
 
     ``None`` stays ``None``: an extern may return an undefined tensor where its fake kernel
     made an empty one (CUDA flash attention's debug mask)."""
-    if t is None or t.stride() == stride:
+    if t is None:
+        return t
+    if dtype is not None and t.dtype != dtype:
+        t = t.to(dtype)
+    if t.stride() == stride:
         return t
     if all(s == 1 or a == b for s, a, b in zip(size, t.stride(), stride)):
         return t
@@ -575,8 +583,9 @@ class PythonWrapper:
                     self.lines.append(f"{b.name} = _r[{k}]")
             self.lines.append("del _r")
         for b in step.outs:
-            if b is not None and b.size:
-                self.lines.append(f"{b.name} = _fix({b.name}, {_tup(b.size)}, {_tup(b.stride)})")
+            if b is not None:
+                self.lines.append(f"{b.name} = _fix({b.name}, {_tup(b.size)}, {_tup(b.stride)}, "
+                                  f"{b.dtype})")
 
     def _Check(self, s: Check):
         self.lines.append(f"if {self._arg(s.flag)}.item(): raise IndexError({s.message!r})")
