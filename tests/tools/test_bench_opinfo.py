@@ -95,8 +95,8 @@ def test_accuracy_is_judged_per_output_and_not_where_float64_overflows():
 
 def test_group_norm_of_a_constant_input_passes_on_accuracy(monkeypatch):
     """A constant group has variance 0, so the exact output is the bias. On OpInfo's sample
-    8 made constant, eager's float32 result is 9e-4 from float64 and ours (fused) 1e-4: off
-    eager's by more than the tolerance, but the nearer one."""
+    8 made constant, eager's float32 result can be 1e-3 from float64 where ours (fused) is
+    1e-4: off eager's by more than the tolerance, but the nearer one."""
     import torch
 
     (op,) = opinfo_runner.find_ops(["nn.functional.group_norm"])
