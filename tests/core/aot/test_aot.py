@@ -357,6 +357,84 @@ def test_assert_in_a_package_raises_atens_message(tmp_path):
         run(torch.tensor([0, 4, 1]))
 
 
+class _SwapsAndScales(nn.Module):
+    """Mutates its inputs: scales ``x`` after keeping a copy, swaps ``a`` and ``b``."""
+
+    def forward(self, x, a, b):
+        before = x.clone()
+        x.mul_(2)
+        t = a.clone()
+        a.copy_(b)
+        b.copy_(t)
+        return before + 1, x, before
+
+
+def test_a_package_writes_back_the_inputs_its_model_mutates(tmp_path):
+    """As in eager: the caller's tensors hold the new values, and no output reads memory a
+    write-back overwrote (the package returned the mutated values as its first outputs)."""
+    g = torch.Generator().manual_seed(0)
+    x, a, b = (torch.randn(3, 4, generator=g) for _ in range(3))
+    path = aot.aot_compile(_SwapsAndScales(), (x.clone(), a.clone(), b.clone()),
+                           path=str(tmp_path / "swap.pt2"))
+    ours, eager = [t.clone() for t in (x, a, b)], [t.clone() for t in (x, a, b)]
+    got, want = aot.aot_load(path)(*ours), _SwapsAndScales()(*eager)
+    assert len(got) == 3
+    for u, v in zip(got + tuple(ours), want + tuple(eager)):
+        assert torch.equal(u, v)
+
+
+class _Counted(nn.Module):
+    """A batch-norm in training mode and a call counter the output depends on."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv, self.bn = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls += 1
+        return self.bn(self.conv(x)).relu() * self.calls
+
+
+def test_a_package_updates_the_buffers_its_model_updates(tmp_path):
+    """Running statistics and counters advance call by call as the module's do: in the
+    package's own copy of its weights, or in the tensors supplied at load."""
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(2, 3, 8, 8, generator=g) for _ in range(3)]
+    path = aot.aot_compile(_Counted().train(), (xs[0],), path=str(tmp_path / "counted.pt2"))
+    eager, supplied = _Counted().train(), _Counted().state_dict()
+    packaged, loaded = aot.aot_load(path), aot.aot_load(path, weights=supplied)
+    for x in xs:
+        want = eager(x)
+        torch.testing.assert_close(packaged(x), want)
+        torch.testing.assert_close(loaded(x), want)
+    for name, t in eager.state_dict().items():
+        torch.testing.assert_close(supplied[name], t)
+    assert supplied["calls"].item() == 3 and supplied["bn.num_batches_tracked"].item() == 3
+    # the package file itself is unchanged: a fresh load starts from the exported state
+    torch.testing.assert_close(aot.aot_load(path)(xs[0]), _Counted().train()(xs[0]))
+
+
+class _BatchNormUpdate(nn.Module):
+    def forward(self, x, w, b, mean, var):
+        return torch.ops.aten._batch_norm_with_update(x, w, b, mean, var, 0.5, 1e-5)[0]
+
+
+def test_an_extern_output_of_another_dtype_than_its_fake_kernel_says(tmp_path):
+    """_batch_norm_with_update's CPU kernel returns bfloat16 running statistics where its
+    fake kernel says float32: the package converts them as the JIT wrapper does."""
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(s, generator=g).bfloat16() for s in ((4, 5, 6), (5,), (5,)))
+    mean, var = torch.randn(5, generator=g).bfloat16(), torch.rand(5, generator=g).bfloat16()
+    path = aot.aot_compile(_BatchNormUpdate(), (x, w, b, mean.clone(), var.clone()),
+                           path=str(tmp_path / "bn_update.pt2"))
+    ours, eager = (mean.clone(), var.clone()), (mean.clone(), var.clone())
+    torch.testing.assert_close(aot.aot_load(path)(x, w, b, *ours),
+                               _BatchNormUpdate()(x, w, b, *eager))
+    assert torch.equal(ours[0], eager[0]) and torch.equal(ours[1], eager[1])
+
+
 class _ComplexSolve(nn.Module):
     """Complex inputs and weights, linalg.solve (its error check is a with_effects op in the
     exported graph) and Python numbers where ATen's add and mul take tensors."""

@@ -101,9 +101,11 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
         args.append(package.Arg("constant", name, package.DTYPE_NAMES[t.dtype], list(t.shape)))
         tensors.append(t)
     try:
+        position = {node.name: pos for pos, node in enumerate(placeholders)}
+        write_back = {o: position[name] for o, name in exported.write_back.items()}
         wrapper_tu = cpp_wrapper.CppWrapper(package.ENTRY, buffers, len(placeholders),
-                                            list(g.constants), inputs,
-                                            exported.ranges).render(plan)
+                                            list(g.constants), inputs, exported.ranges,
+                                            write_back).render(plan)
     except Unsupported as e:
         raise AOTCompileError(f"cannot package the graph: {e}") from e
     if output_log.isEnabledFor(logging.INFO):
@@ -115,7 +117,7 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
     meta = package.Metadata(
         ember_version=__version__, torch_version=torch.__version__, isa=level,
         isa_needs=sorted(isa.LEVELS[level].needs) if level in isa.LEVELS else [],
-        args=args, n_outputs=len(g.outputs),
+        args=args, n_outputs=len(g.outputs) - len(exported.write_back),
         ranges={k: list(v) for k, v in exported.ranges.items()},
         in_spec=pytree.treespec_dumps(exported.in_spec),
         out_spec=pytree.treespec_dumps(exported.out_spec),

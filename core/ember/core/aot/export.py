@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import sympy
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils._sympy.numbers import int_oo
 
 from ember.core.aot.views import drop_contiguous_clones, split_heads_as_views
@@ -42,6 +42,9 @@ class ExportedGraph:
     ranges: dict  # size symbol name -> (lo, hi)
     in_spec: object
     out_spec: object
+    # graph output position -> the placeholder it is written back into (a buffer the model
+    # updates in place, or an input it mutates); the model's own outputs are the others
+    write_back: dict
 
 
 def _additive_mask(graph: torch.fx.Graph, mask: torch.fx.Node, dtype) -> torch.fx.Node:
@@ -167,6 +170,16 @@ def export(model, example_args: tuple, dynamic_shapes=None) -> ExportedGraph:
         else:
             raise AOTExportError(f"graph input {name!r} of kind {spec.kind.name} is not "
                                  f"supported in ahead-of-time packages")
+    write_back = {}
+    buffer_inputs = {target: name for name, target in sig.inputs_to_buffers.items()}
+    for pos, spec in enumerate(sig.output_specs):
+        if spec.kind == OutputKind.BUFFER_MUTATION:
+            write_back[pos] = buffer_inputs[spec.target]
+        elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+            write_back[pos] = spec.target
+        elif spec.kind != OutputKind.USER_OUTPUT:
+            raise AOTExportError(f"graph output {spec.arg.name!r} of kind {spec.kind.name} is "
+                                 f"not supported in ahead-of-time packages")
     ranges = {}
     for sym, vr in ep.range_constraints.items():
         # torch's int_oo says is_finite; unbounded is either infinity
@@ -175,4 +188,4 @@ def export(model, example_args: tuple, dynamic_shapes=None) -> ExportedGraph:
             else int(vr.upper)
         ranges[str(sym)] = (lo, hi)
     return ExportedGraph(gm, placeholders, tensors, ranges, ep.call_spec.in_spec,
-                         ep.call_spec.out_spec)
+                         ep.call_spec.out_spec, write_back)

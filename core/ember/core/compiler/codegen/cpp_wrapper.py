@@ -7,7 +7,8 @@ dispatcher (any registered op, no per-op code), and one C entry the loaders call
     int <entry>(void* const* args, void** outputs, char* err, int64_t err_len);
 
 ``args`` are ``at::Tensor*`` (the graph's placeholders in order, then its constants);
-``outputs`` receive ``new at::Tensor`` objects the caller owns. The status is 0, or one of
+``outputs`` receive ``new at::Tensor`` objects the caller owns; the graph's new values of
+buffers and inputs it updates in place are copied into their ``args`` instead. The status is 0, or one of
 ``BadInput`` (1), ``Failed`` (2), ``IndexError`` (3) with a message in ``err``. The inputs
 the caller supplies are checked first (device, dtype, rank, static sizes, dynamic ranges).
 The wrapper sees only ``cpp_wrapper_prelude.h`` (no ATen header); every call into ATen goes
@@ -114,12 +115,14 @@ class CppWrapper:
     """Spells a plan as a C++ translation unit calling the kernels of ``kernel_specs``."""
 
     def __init__(self, entry: str, buffers: dict, n_args: int, constants: list[str],
-                 inputs: list[InputSpec], ranges: dict):
+                 inputs: list[InputSpec], ranges: dict, write_back: dict | None = None):
         self.entry = entry  # the C entry's symbol
         self.buffers = buffers
         self.n_args = n_args  # placeholders; the constants follow them in ``args``
         self.constants = constants
         self.inputs, self.ranges = inputs, ranges
+        # output position -> the argument it is copied into (not handed out)
+        self.write_back = dict(write_back or {})
         self.lines: list[str] = []
         self.decls: dict[str, str] = {}  # kernel prototypes
         self.ops: dict[str, str] = {}  # qualified op name -> static handle variable
@@ -269,7 +272,7 @@ int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) 
     def _FixStrides(self, s: FixStrides):
         for b in s.bufs:
             self.lines.append(f"{b.name} = ember_aot::fix({b.name}, {_ints(b.size)}, "
-                              f"{_ints(b.stride)});")
+                              f"{_ints(b.stride)}, {scalar_type(b.dtype)});")
 
     def _Alias(self, s: Alias):
         src = s.src if s.layout is None else \
@@ -346,9 +349,8 @@ int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) 
                 got = f"{call}.out_list({k})"
             else:
                 got = f"{call}.out({0 if step.out_tree == 'single' else k})"
-            if b.size:
-                got = f"ember_aot::fix({got}, {_ints(b.size)}, {_ints(b.stride)})"
-            self.lines.append(f"{b.name} = {got};")
+            self.lines.append(f"{b.name} = ember_aot::fix({got}, {_ints(b.size)}, "
+                              f"{_ints(b.stride)}, {scalar_type(b.dtype)});")
         self.lines.append("}")
 
     def _Check(self, s: Check):
@@ -362,8 +364,18 @@ int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) 
         for i, o in enumerate(s.outputs):  # every output made before any is handed out
             out = "ember_aot::Tensor()" if o is None else self._tensor(o)
             self.lines.append(f"ember_aot::Tensor out{i} = {out};")
-        for i in range(len(s.outputs)):
-            self.lines.append(f"outputs[{i}] = ember_aot::release(out{i});")
+        if self.write_back:
+            into = list(self.write_back.items())
+            dsts = "{" + ", ".join(f"ember_aot::arg(args, {a})" for _, a in into) + "}"
+            own = {o: j for j, (o, _) in enumerate(into)}
+            # no output may read memory an earlier copy overwrote
+            for i in range(len(s.outputs)):
+                self.lines.append(f"out{i} = ember_aot::apart(out{i}, {dsts}, {own.get(i, -1)});")
+            for o, a in into:
+                self.lines.append(f"ember_aot::write_back(ember_aot::arg(args, {a}), out{o});")
+        handed = [i for i in range(len(s.outputs)) if i not in self.write_back]
+        for k, i in enumerate(handed):
+            self.lines.append(f"outputs[{k}] = ember_aot::release(out{i});")
 
 
 def _c_string(s: str) -> str:

@@ -54,8 +54,15 @@ using Ints = std::initializer_list<int64_t>;
 
 Tensor arg(void* const* args, int64_t i);  // the at::Tensor* the loader passed at ``i``
 void* release(Tensor t);                   // a new at::Tensor the caller owns
-// ``t`` laid out with ``stride``: a copy only when a dimension longer than 1 disagrees.
-Tensor fix(const Tensor& t, Ints size, Ints stride);
+// ``t`` of ``dtype`` laid out with ``stride``: a copy only when the dtype or a dimension
+// longer than 1 disagrees (an extern's kernel may return another dtype than its fake kernel
+// says: ``_batch_norm_with_update``'s bfloat16 running statistics).
+Tensor fix(const Tensor& t, Ints size, Ints stride, Dtype dtype);
+// ``t``, or a copy of it where it shares memory with one of ``dsts`` that is about to be
+// written (other than ``dsts[own]`` holding exactly ``t``).
+Tensor apart(const Tensor& t, std::initializer_list<Tensor> dsts, int64_t own);
+// The graph's new value of a buffer or input it updates in place, copied into it.
+void write_back(const Tensor& dst, const Tensor& src);
 // A view with ``offset`` counted from ``t``'s first element (``t`` may itself be a view).
 Tensor view(const Tensor& t, Ints size, Ints stride, int64_t offset);
 Tensor empty(Ints size, Ints stride, Dtype dtype);

@@ -72,7 +72,12 @@ Tensor arg(void* const* args, int64_t i) { return handle(*static_cast<at::Tensor
 
 void* release(Tensor t) { return new at::Tensor(aten(t)); }
 
-Tensor fix(const Tensor& t, Ints size, Ints stride) {
+Tensor fix(const Tensor& t, Ints size, Ints stride, Dtype dtype) {
+  if (t.impl() == nullptr) return t;
+  const auto want_dtype = static_cast<c10::ScalarType>(dtype);
+  if (c10::typeMetaToScalarType(impl_of(t)->dtype()) != want_dtype) {
+    return fix(handle(aten(t).to(want_dtype)), size, stride, dtype);
+  }
   c10::IntArrayRef want(stride.begin(), stride.size());
   auto have = impl_of(t)->strides();
   const int64_t* sz = size.begin();
@@ -82,9 +87,35 @@ Tensor fix(const Tensor& t, Ints size, Ints stride) {
   }
   if (same) return t;
   at::Tensor out = at::detail::empty_strided_cpu(c10::IntArrayRef(size.begin(), size.size()),
-                                                 want, c10::typeMetaToScalarType(impl_of(t)->dtype()));
+                                                 want, want_dtype);
   out.copy_(aten(t));
   return handle(std::move(out));
+}
+
+namespace {
+
+bool same_view(const at::Tensor& a, const at::Tensor& b) {
+  return a.data_ptr() == b.data_ptr() && a.sizes() == b.sizes() && a.strides() == b.strides();
+}
+
+}  // namespace
+
+Tensor apart(const Tensor& t, std::initializer_list<Tensor> dsts, int64_t own) {
+  if (t.impl() == nullptr) return t;
+  const at::Tensor a = aten(t);
+  int64_t j = 0;
+  for (const Tensor& dst : dsts) {
+    const at::Tensor d = aten(dst);
+    if (a.is_alias_of(d) && !(j == own && same_view(a, d))) return handle(a.clone());
+    ++j;
+  }
+  return t;
+}
+
+void write_back(const Tensor& dst, const Tensor& src) {
+  at::Tensor d = aten(dst);
+  const at::Tensor s = aten(src);
+  if (!same_view(d, s)) d.copy_(s);
 }
 
 Tensor view(const Tensor& t, Ints size, Ints stride, int64_t offset) {
