@@ -198,6 +198,35 @@ def test_ahead_of_time_dynamic_sizes(tmp_path):
             assert torch.equal(model(x), _Up(scale)(x)), (scale, rows)
 
 
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_upsampling_to_a_size_without_scales(mode):
+    """``F.interpolate(x, size=...)`` exports as ``.vec`` with ``scale_factors=None``: its
+    eager-scale decomposition was called with one argument too many (segformer's decode
+    head did not export)."""
+    aten = torch.ops.aten
+    packet = aten.upsample_nearest2d if mode == "nearest" else aten.upsample_bilinear2d
+    aligned = () if mode == "nearest" else (False,)
+    x = torch.randn(1, 3, 5, 7)
+    table = eager_parity.decompositions()
+    want = F.interpolate(x, size=(16, 9), mode=mode)
+    torch.testing.assert_close(table[packet.vec](x, [16, 9], *aligned, None), want)
+    if packet.default in table:
+        torch.testing.assert_close(table[packet.default](x, [16, 9], *aligned), want)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_ahead_of_time_package_of_an_upsampling_to_a_size(tmp_path):
+    from ember.core import aot
+
+    class Resize(nn.Module):
+        def forward(self, x):
+            return F.interpolate(x, size=(16, 9), mode="bilinear", align_corners=False)
+
+    x = torch.randn(1, 3, 5, 7)
+    path = aot.aot_compile(Resize(), (x,), path=str(tmp_path / "resize.pt2"))
+    torch.testing.assert_close(aot.aot_load(path)(x), Resize()(x))
+
+
 _MULTILABEL_TARGETS = torch.tensor([[0, 3, -1, 1], [1, -1, 0, 0], [3, 2, 1, 0]])
 
 

@@ -159,7 +159,8 @@ class _AtenUpsample:
 
     def call_args(self, args) -> tuple:
         input, scales = args[0], args[self.first_scale:]
-        if self.aligned_at is not None and args[self.aligned_at]:
+        if (self.aligned_at is not None and args[self.aligned_at]) or \
+                all(s is None for s in scales):  # no scale to make exact (``.vec``: one None)
             return tuple(args)
         if len(scales) == 1 and isinstance(scales[0], (list, tuple)):  # .vec
             return (*args[:self.first_scale],

@@ -8,11 +8,11 @@ dispatcher (any registered op, no per-op code), and one C entry the loaders call
 
 ``args`` are ``at::Tensor*`` (the graph's placeholders in order, then its constants);
 ``outputs`` receive ``new at::Tensor`` objects the caller owns; the graph's new values of
-buffers and inputs it updates in place are copied into their ``args`` instead. The status is 0, or one of
-``BadInput`` (1), ``Failed`` (2), ``IndexError`` (3) with a message in ``err``. The inputs
-the caller supplies are checked first (device, dtype, rank, static sizes, dynamic ranges).
-The wrapper sees only ``cpp_wrapper_prelude.h`` (no ATen header); every call into ATen goes
-through ``cpp_wrapper_runtime.cpp``, built once per machine."""
+buffers and inputs it updates in place are copied into their ``args`` instead. The status
+is 0, or one of ``BadInput`` (1), ``Failed`` (2), ``IndexError`` (3) with a message in
+``err``. The inputs the caller supplies are checked first (device, dtype, rank, static
+sizes, dynamic ranges). The wrapper sees only ``cpp_wrapper_prelude.h`` (no ATen header);
+every call into ATen goes through ``cpp_wrapper_runtime.cpp``, built once per machine."""
 
 from __future__ import annotations
 
