@@ -156,3 +156,25 @@ def test_dynamic_batch_keeps_one_graph(ecompile):
                 assert g.stride() == w.stride()
                 torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
     assert pipeline.stats["graphs_compiled"] - before == 1
+
+
+def test_a_graph_fake_tensors_cannot_run_again_is_left_as_traced():
+    """A trace may record strides a second propagation does not give (ATen's sdpa in
+    HuggingFace swin's exported graph: its ``contiguous()`` before a view was dropped): the
+    rewrite is not applied and every value stays as traced (the pass raised, propagating
+    again from the inputs to undo itself)."""
+    def body(x, w):
+        return F.conv2d(x, w).transpose(2, 3).contiguous().view(2, -1)
+
+    gm = make_fx(body, tracing_mode="fake")(torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3))
+    clone = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.clone.default)
+    transposed = clone.args[0]
+    transposed.meta["val"] = clone.meta["val"]  # as if traced contiguous: no clone needed
+    clone.replace_all_uses_with(transposed)
+    gm.graph.erase_node(clone)
+    gm.recompile()
+    traced = {n: n.meta.get("val") for n in gm.graph.nodes}
+    nodes = list(gm.graph.nodes)
+    assert channels_last.apply(gm, set()) == []
+    assert list(gm.graph.nodes) == nodes
+    assert all(n.meta.get("val") is v for n, v in traced.items())

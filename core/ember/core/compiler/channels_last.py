@@ -118,6 +118,10 @@ def apply(gm: GraphModule, own_layout: set[str], jit: bool = False) -> list[str]
         return []
     inputs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     old_vals = {n: n.meta.get("val") for n in inputs}
+    # every node's value, to restore as it was: propagating again from the placeholders need
+    # not give the same strides (an extern's fake kernel may lay its output out otherwise
+    # than the trace recorded: ATen's sdpa, whose contiguous() before a view was dropped)
+    traced = {n: n.meta.get("val") for n in gm.graph.nodes}
     nhwc_weights = []
     for conv in convs:
         w = conv.args[1]
@@ -158,10 +162,9 @@ def apply(gm: GraphModule, own_layout: set[str], jit: bool = False) -> list[str]
         for copy in copies:
             copy.replace_all_uses_with(copy.args[0])
             gm.graph.erase_node(copy)
-        for n, v in old_vals.items():
+        for n, v in traced.items():
             n.meta["val"] = v
         gm.recompile()
-        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*old_vals.values())
         log.info("channels-last convolutions: not applied (%s: %s)", type(e).__name__, e)
         return []
     kept = 0
