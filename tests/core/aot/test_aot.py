@@ -357,6 +357,24 @@ def test_assert_in_a_package_raises_atens_message(tmp_path):
         run(torch.tensor([0, 4, 1]))
 
 
+class _RowSoftmax(nn.Module):
+    def forward(self, x):
+        return x.softmax(-1) * x.shape[1]
+
+
+def test_a_batch_of_one_with_any_row_stride(tmp_path):
+    """A (batch, seq) input of batch 1 may have any stride along its batch dimension (a row
+    of a wider tensor, kept by ``clone``): the sequence length is read from its size (it was
+    read from that stride, and the package ran past the row)."""
+    dims = ({0: BATCH, 1: torch.export.Dim("seq", min=2, max=40)},)
+    path = aot.aot_compile(_RowSoftmax(), (torch.randn(2, 8),), dynamic_shapes=dims,
+                           path=str(tmp_path / "rows.pt2"))
+    run = aot.aot_load(path)
+    for x in (torch.randn(8, 32)[:1, :8].clone(), torch.randn(1, 5).expand(1, 5),
+              torch.randn(3, 40)[:, :7]):
+        torch.testing.assert_close(run(x), _RowSoftmax()(x))
+
+
 class _SwapsAndScales(nn.Module):
     """Mutates its inputs: scales ``x`` after keeping a copy, swaps ``a`` and ``b``."""
 

@@ -221,17 +221,24 @@ class _Planner:
                 self.need_arg(x)
 
     def bind(self) -> None:
+        def bind_from(inp: Buffer, what: str) -> None:
+            for d, e in enumerate(getattr(inp, what)):
+                if isinstance(e, sympy.Symbol) and e not in self.bound:
+                    self.out.append(BindSize(e, inp, what, d))
+                    self.bound.add(e)
+
         for pos, inp in enumerate(self.inputs):
             if isinstance(inp, Buffer):
                 self.out.append(BindInput(pos, inp.name))
-                for d, (s, st) in enumerate(zip(inp.size, inp.stride)):
-                    for e, what in ((s, "size"), (st, "stride")):
-                        if isinstance(e, sympy.Symbol) and e not in self.bound:
-                            self.out.append(BindSize(e, inp, what, d))
-                            self.bound.add(e)
+                bind_from(inp, "size")
             elif isinstance(inp, sympy.Symbol) and inp not in self.bound:
                 self.out.append(BindSymbol(pos, inp))
                 self.bound.add(inp)
+        # a stride gives only the symbols no size does: it equals a size only in the layout
+        # the graph was traced with (a dimension of size 1 may have any stride)
+        for inp in self.inputs:
+            if isinstance(inp, Buffer):
+                bind_from(inp, "stride")
         fixes = [inp for inp in self.inputs if isinstance(inp, Buffer) and inp.size]
         for inp in fixes:
             self.need(inp.size + inp.stride)
