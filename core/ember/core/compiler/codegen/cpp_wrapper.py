@@ -366,13 +366,15 @@ int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) 
             self.lines.append(f"ember_aot::Tensor out{i} = {out};")
         if self.write_back:
             into = list(self.write_back.items())
-            dsts = "{" + ", ".join(f"ember_aot::arg(args, {a})" for _, a in into) + "}"
+            for j, (_, a) in enumerate(into):
+                self.lines.append(f"const ember_aot::Tensor into{j} = ember_aot::arg(args, {a});")
+            dsts = "{" + ", ".join(f"into{j}" for j in range(len(into))) + "}"
             own = {o: j for j, (o, _) in enumerate(into)}
             # no output may read memory an earlier copy overwrote
             for i in range(len(s.outputs)):
                 self.lines.append(f"out{i} = ember_aot::apart(out{i}, {dsts}, {own.get(i, -1)});")
-            for o, a in into:
-                self.lines.append(f"ember_aot::write_back(ember_aot::arg(args, {a}), out{o});")
+            for j, (o, _) in enumerate(into):
+                self.lines.append(f"ember_aot::write_back(into{j}, out{o});")
         handed = [i for i in range(len(s.outputs)) if i not in self.write_back]
         for k, i in enumerate(handed):
             self.lines.append(f"outputs[{k}] = ember_aot::release(out{i});")

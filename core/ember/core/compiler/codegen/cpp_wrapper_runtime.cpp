@@ -75,20 +75,17 @@ void* release(Tensor t) { return new at::Tensor(aten(t)); }
 Tensor fix(const Tensor& t, Ints size, Ints stride, Dtype dtype) {
   if (t.impl() == nullptr) return t;
   const auto want_dtype = static_cast<c10::ScalarType>(dtype);
-  if (c10::typeMetaToScalarType(impl_of(t)->dtype()) != want_dtype) {
-    return fix(handle(aten(t).to(want_dtype)), size, stride, dtype);
-  }
   c10::IntArrayRef want(stride.begin(), stride.size());
   auto have = impl_of(t)->strides();
   const int64_t* sz = size.begin();
-  bool same = true;
+  bool same = c10::typeMetaToScalarType(impl_of(t)->dtype()) == want_dtype;
   for (size_t d = 0; d < size.size(); ++d) {
     if (sz[d] != 1 && have[d] != want[d]) same = false;
   }
   if (same) return t;
   at::Tensor out = at::detail::empty_strided_cpu(c10::IntArrayRef(size.begin(), size.size()),
                                                  want, want_dtype);
-  out.copy_(aten(t));
+  out.copy_(aten(t));  // converts the dtype where it differs
   return handle(std::move(out));
 }
 
