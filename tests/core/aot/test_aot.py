@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import zipfile
 
 import pytest
@@ -296,6 +297,37 @@ def test_convolutions_run_channels_last_and_outputs_keep_eager_layout(on, tmp_pa
             got, want = loaded(x), model(x)
             _close(got, want, torch.float32)
             assert got.is_contiguous()
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["arena", "per_call"])
+def test_static_buffers_live_in_an_arena_that_concurrent_calls_do_not_share(on, tmp_path):
+    model = cnn()
+    path = aot.aot_compile(model, (torch.randn(2, 3, 16, 16),), options={"arena": on},
+                           path=str(tmp_path / f"arena{on}.pt2"))
+    with zipfile.ZipFile(path) as z:
+        wrapper = z.read("source/wrapper.cpp").decode()
+    assert ("ember_arena.slot(" in wrapper) == on
+    loaded = aot.aot_load(path)
+    torch.manual_seed(1)
+    xs = [torch.randn(2, 3, 16, 16) for _ in range(8)]
+    with torch.no_grad():
+        wants = [model(x) for x in xs]
+    for x, want in zip(xs, wants):  # an arena reused call after call holds no stale values
+        _close(loaded(x), want, torch.float32)
+    failures = []
+
+    def worker(k):  # the loader releases the GIL: calls overlap and each takes its own arena
+        for r in range(30):
+            i = (k + r) % len(xs)
+            if not torch.allclose(loaded(xs[i]), wants[i], atol=1e-4, rtol=1e-4):
+                failures.append((k, r))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
 
 
 def test_channels_last_weights_supplied_at_load(tmp_path):

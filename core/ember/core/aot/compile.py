@@ -19,7 +19,7 @@ from ember.core import __version__
 from ember.core.aot import package
 from ember.core.aot.export import export
 from ember.core.compiler import channels_last, pipeline
-from ember.core.compiler.codegen import cpp, cpp_wrapper, wrapper
+from ember.core.compiler.codegen import arena, cpp, cpp_wrapper, wrapper
 from ember.core.compiler.ir import Unsupported
 from ember.core.compiler.lowering import externs
 from ember.core.compiler.options import check_options
@@ -73,6 +73,8 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
     kernels_tu = cpp.translation_unit([src for src, _ in sources.values()],
                                       build.has_libmvec())
     plan = wrapper.plan(g.inputs, g.outputs, g.checks, steps, specs, buffers)
+    if options.get("arena", True):
+        plan = arena.place(plan)
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     args: list[package.Arg] = []

@@ -1,8 +1,10 @@
 """The C++ renderer of a wrapper plan (``codegen/wrapper.py``), for ahead-of-time packages.
 
 It spells the same steps as the Python wrapper in C++: sizes bound from the inputs, buffers
-allocated, our kernels called with data pointers, extern ATen ops called boxed through the
-dispatcher (any registered op, no per-op code), and one C entry the loaders call::
+allocated (those of static size carved from an arena kept between calls, as in the JIT;
+``codegen/arena.py``), our kernels called with data pointers, extern ATen ops called boxed
+through the dispatcher (any registered op, no per-op code), and one C entry the loaders
+call::
 
     int <entry>(void* const* args, void** outputs, char* err, int64_t err_len);
 
@@ -28,6 +30,7 @@ from ember.core.compiler.codegen.common import ArgKind, cpp_index
 from ember.core.compiler.codegen.wrapper import (
     Alias,
     Alloc,
+    ArenaBuffer,
     BindInput,
     BindSize,
     BindSymbol,
@@ -35,8 +38,10 @@ from ember.core.compiler.codegen.wrapper import (
     CallKernel,
     Check,
     FixStrides,
+    GiveArena,
     Release,
     Return,
+    TakeArena,
     WrapperStep,
 )
 from ember.core.compiler.ir import StridedView, Unsupported
@@ -127,6 +132,7 @@ class CppWrapper:
         self.decls: dict[str, str] = {}  # kernel prototypes
         self.ops: dict[str, str] = {}  # qualified op name -> static handle variable
         self.tmp = 0
+        self.arena_offsets: list[int] = []  # byte offset of each arena slot
 
     # ------------------------------------------------------------------ arguments
     def _tensor(self, a) -> str:
@@ -283,6 +289,20 @@ int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) 
         b = s.buf
         self.lines.append(f"ember_aot::Tensor {b.name} = ember_aot::empty({_ints(b.size)}, "
                           f"{_ints(b.stride)}, {scalar_type(b.dtype)});")
+
+    def _TakeArena(self, s: TakeArena):
+        self.arena_offsets = [offset for _, offset in s.slots]
+        self.lines.append("static ember_aot::ArenaPool ember_arenas;")
+        self.lines.append(f"const ember_aot::Lease ember_arena(ember_arenas, {s.nbytes}LL);")
+
+    def _ArenaBuffer(self, s: ArenaBuffer):
+        b = s.buf
+        self.lines.append(f"ember_aot::Tensor {b.name} = ember_arena.slot("
+                          f"{self.arena_offsets[s.slot]}, {_ints(b.size)}, {_ints(b.stride)}, "
+                          f"{scalar_type(b.dtype)});")
+
+    def _GiveArena(self, s: GiveArena):
+        pass  # the lease gives the arena back as the graph returns or throws
 
     def _CallKernel(self, s: CallKernel):
         params, args = [], []

@@ -66,6 +66,37 @@ void write_back(const Tensor& dst, const Tensor& src);
 // A view with ``offset`` counted from ``t``'s first element (``t`` may itself be a view).
 Tensor view(const Tensor& t, Ints size, Ints stride, int64_t offset);
 Tensor empty(Ints size, Ints stride, Dtype dtype);
+// A graph's arenas (codegen/arena.py): byte allocations that its internal buffers of static
+// size are carved from, kept between calls. The wrapper keeps one pool per graph (a
+// function-local static); the arenas go when the package is unloaded.
+class ArenaPool {
+ public:
+  ArenaPool();
+  ~ArenaPool();
+  ArenaPool(const ArenaPool&) = delete;
+  ArenaPool& operator=(const ArenaPool&) = delete;
+  void* impl() const { return impl_; }
+
+ private:
+  void* impl_;
+};
+
+// One call's arena, ``nbytes`` long: taken from the pool (made when none is free, so a
+// concurrent call gets its own) and given back when the call ends, by return or by throw.
+class Lease {
+ public:
+  Lease(ArenaPool& pool, int64_t nbytes);
+  ~Lease();
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  // The buffer ``offset`` bytes into the arena.
+  Tensor slot(int64_t offset, Ints size, Ints stride, Dtype dtype) const;
+
+ private:
+  ArenaPool& pool_;
+  Tensor base_;
+};
+
 // Raises the JIT wrapper's IndexError (status kIndexError) when ``flag`` holds true.
 void check_index(const Tensor& flag, const char* message);
 

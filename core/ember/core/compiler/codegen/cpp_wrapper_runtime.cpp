@@ -10,6 +10,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -126,6 +127,48 @@ Tensor empty(Ints size, Ints stride, Dtype dtype) {
   return handle(at::detail::empty_strided_cpu(c10::IntArrayRef(size.begin(), size.size()),
                                               c10::IntArrayRef(stride.begin(), stride.size()),
                                               static_cast<c10::ScalarType>(dtype)));
+}
+
+namespace {
+struct Pool {
+  std::mutex lock;
+  std::vector<at::Tensor> free;  // arenas no call holds
+};
+Pool& pool_of(ArenaPool& p) { return *static_cast<Pool*>(p.impl()); }
+}  // namespace
+
+ArenaPool::ArenaPool() : impl_(new Pool()) {}
+ArenaPool::~ArenaPool() { delete static_cast<Pool*>(impl_); }
+
+Lease::Lease(ArenaPool& pool, int64_t nbytes) : pool_(pool) {
+  Pool& p = pool_of(pool_);
+  {
+    std::lock_guard<std::mutex> held(p.lock);
+    if (!p.free.empty()) {
+      base_ = handle(std::move(p.free.back()));
+      p.free.pop_back();
+    }
+  }
+  if (base_.impl() == nullptr) base_ = handle(at::detail::empty_cpu({nbytes}, at::kByte));
+}
+
+Lease::~Lease() {
+  Pool& p = pool_of(pool_);
+  try {
+    std::lock_guard<std::mutex> held(p.lock);
+    p.free.push_back(aten(base_));
+  } catch (...) {  // no memory for the list: the arena is freed instead of kept
+  }
+}
+
+Tensor Lease::slot(int64_t offset, Ints size, Ints stride, Dtype dtype) const {
+  const at::Tensor base = aten(base_);
+  const auto type = static_cast<c10::ScalarType>(dtype);
+  at::Tensor t(at::detail::empty_cpu({0}, type));
+  t.set_(base.storage(), offset / static_cast<int64_t>(c10::elementSize(type)),
+         c10::IntArrayRef(size.begin(), size.size()),
+         c10::IntArrayRef(stride.begin(), stride.size()));
+  return handle(std::move(t));
 }
 
 void check_index(const Tensor& flag, const char* message) {
