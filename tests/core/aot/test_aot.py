@@ -330,6 +330,19 @@ def test_static_buffers_live_in_an_arena_that_concurrent_calls_do_not_share(on, 
     assert failures == []
 
 
+def test_large_static_linear_runs_onednn_in_the_package(tmp_path):
+    # past ONEDNN_MIN_MACS the lowering picks mkldnn::_linear_pointwise (a C++ op of libtorch,
+    # with a Scalar?[] argument): a static package of it was refused as "registered from Python"
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 256)).eval()
+    x = torch.randn(256, 512)
+    path = aot.aot_compile(model, (x,), path=str(tmp_path / "linear.pt2"))
+    with zipfile.ZipFile(path) as z:
+        assert "mkldnn::_linear_pointwise" in z.read("source/wrapper.cpp").decode()
+    with torch.no_grad():
+        _close(aot.aot_load(path)(x), model(x), torch.float32)
+
+
 def test_channels_last_weights_supplied_at_load(tmp_path):
     model = _ConvHead().eval()
     path = _compile(model, torch.randn(2, 3, 12, 12), tmp_path, "bareconv",

@@ -71,7 +71,7 @@ def _enum(a) -> str | None:
 
 
 # operator namespaces whose kernels libtorch registers in C++ (others need Python)
-NATIVE_NAMESPACES = ("aten",)
+NATIVE_NAMESPACES = ("aten", "mkldnn")
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,16 @@ class CppWrapper:
             inner = ", ".join("ember_aot::Tensor()" if x is None else self._tensor(x)
                               for x in items)
             return f".optional_tensors({{{inner}}})"
+        if kind == "OptionalType" and elem.getElementType().kind() == "NumberType":
+            return f".optional_scalars({{{', '.join(self._opt_scalar(x) for x in items)}}})"
         raise Unsupported(f"list argument of {elem} has no ahead-of-time spelling")
+
+    def _opt_scalar(self, a) -> str:
+        if a is None:
+            return "{ember_aot::OptScalar::kNone, 0, 0.0}"
+        if isinstance(a, (bool, int)) or (isinstance(a, sympy.Expr) and a.is_integer):
+            return f"{{ember_aot::OptScalar::kInt, {self._int(a)}, 0.0}}"
+        return f"{{ember_aot::OptScalar::kFloat, 0, {self._float(a)}}}"
 
     @staticmethod
     def _int(a) -> str:

@@ -52,6 +52,13 @@ class Tensor {
 
 using Ints = std::initializer_list<int64_t>;
 
+// One element of a ``Scalar?[]`` argument: None, an integer or a float.
+struct OptScalar {
+  enum Kind : int { kNone, kInt, kFloat } kind;
+  int64_t i;
+  double f;
+};
+
 Tensor arg(void* const* args, int64_t i);  // the at::Tensor* the loader passed at ``i``
 void* release(Tensor t);                   // a new at::Tensor the caller owns
 // ``t`` of ``dtype`` laid out with ``stride``: a copy only when the dtype or a dimension
@@ -135,6 +142,7 @@ class Call {
   Call& bools(std::initializer_list<bool> v);
   Call& tensors(std::initializer_list<Tensor> v);
   Call& optional_tensors(std::initializer_list<Tensor> v);  // null: None
+  Call& optional_scalars(std::initializer_list<OptScalar> v);
   void run();
   Tensor out(int64_t k) const;       // the k-th return
   Tensor out_list(int64_t k) const;  // element k of the first return, a Tensor[]

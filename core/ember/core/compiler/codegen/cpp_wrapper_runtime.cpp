@@ -312,6 +312,22 @@ Call& Call::optional_tensors(std::initializer_list<Tensor> v) {
   return *this;
 }
 
+Call& Call::optional_scalars(std::initializer_list<OptScalar> v) {
+  c10::List<std::optional<c10::Scalar>> list;
+  list.reserve(v.size());
+  for (const OptScalar& x : v) {
+    if (x.kind == OptScalar::kNone) {
+      list.push_back(std::nullopt);
+    } else if (x.kind == OptScalar::kInt) {
+      list.push_back(c10::Scalar(x.i));
+    } else {
+      list.push_back(c10::Scalar(x.f));
+    }
+  }
+  stack_of(stack_).emplace_back(std::move(list));
+  return *this;
+}
+
 void Call::run() { static_cast<c10::OperatorHandle*>(op_)->callBoxed(&stack_of(stack_)); }
 
 Tensor Call::out(int64_t k) const { return handle(stack_of(stack_).at(k).toTensor()); }
