@@ -474,3 +474,20 @@ def test_nhwc_batch_norm_computes_its_channel_constants_once_per_call(ecompile, 
     assert bool(parallel) == (side > 7)
     assert all("firstprivate(e_pre0)" in ln for ln in parallel), parallel
     assert "e_pre0" not in "\n".join(output_code)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_16_bit_store_converts_each_value_once(ecompile, output_code, dtype):
+    # eager rounds each op's result to 16 bits; the store of the last one converts anyway,
+    # so the kernel stores its float value (same bits) instead of converting three times
+    fn = lambda x: (F.hardswish(x), F.hardsigmoid(x))  # float arithmetic as eager's kernels
+    x = (torch.randn(4, 3000) * 4).to(dtype)
+    x[0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e-40])
+    for got, want in zip(ecompile(fn)(x), fn(x)):
+        torch.testing.assert_close(got, want, atol=0, rtol=0, equal_nan=True)
+    code = "\n".join(output_code).split("wrapper:")[0]
+    rounded = {m.group(1) for m in re.finditer(
+        r"float (t\d+) = (?:e_bf16_to_f\(e_f_to_bf16|static_cast<float>\(static_cast<_Float16>)",
+        code)}
+    stored = re.findall(r"\] = (?:e_f_to_bf16|static_cast<_Float16>)\((t\d+)\);", code)
+    assert stored and not rounded & set(stored)

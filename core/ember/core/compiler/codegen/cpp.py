@@ -234,6 +234,20 @@ class _Body:
         return name
 
 
+# roundings to 16 bits that a store into a buffer of that dtype makes anyway
+_ROUNDS_TO = {"round_bf16": torch.bfloat16, "round_fp16": torch.float16}
+
+
+def _stored(body: _Body, e, buf) -> str:
+    """``e`` rendered for a store into ``buf``: a rounding to ``buf``'s own 16-bit dtype on top
+    is left to the store's conversion, which gives the same bits (rounding is idempotent), so
+    each element is converted once instead of three times."""
+    target = body.alias.get(buf.name, buf)
+    while isinstance(e, ir.PrimOp) and _ROUNDS_TO.get(e.prim) == target.dtype:
+        e = e.args[0]
+    return body.expr(e)
+
+
 def _store(buf, index, value: str) -> str:
     if buf.dtype == torch.bfloat16:
         value = f"e_f_to_bf16({value})"
@@ -751,12 +765,11 @@ def _emit_items(body: _Body, k: Kernel, st) -> None:
     """A column kernel stage's items: stores, and updates of the accumulators in
     ``body.names``."""
     for it in st.items:
-        v = body.expr(it.expr)
         if it.kind == "store":
             if it.node.buf.name in k.stored:
-                body.line(_store(it.node.buf, it.index, v))
+                body.line(_store(it.node.buf, it.index, _stored(body, it.expr, it.node.buf)))
             continue
-        _update(body, it, body.names[it.var], v)
+        _update(body, it, body.names[it.var], body.expr(it.expr))
 
 
 def _finish_reductions(body: _Body, k: Kernel, st, slot: str) -> None:
@@ -913,8 +926,7 @@ def _emit_stage(body: _Body, st, buffers, stored, inner_parallel: bool, cond: st
     reds = [it for it in st.items if it.kind == "reduce"]
     if st.kind == "scalar":
         for it in st.items:
-            v = body.expr(it.expr)
-            body.store(it.node.buf, it.index, v, stored)
+            body.store(it.node.buf, it.index, _stored(body, it.expr, it.node.buf), stored)
         return
     for it in reds:
         dt = it.node.acc_dtype
@@ -1002,11 +1014,10 @@ def _emit_loop(body: _Body, rsizes, items, stored, inner_parallel: bool, cond: s
             body.line(f"#pragma omp simd{red}")
         saved.append(body.open(f"for (int64_t {r} = 0; {r} < {cpp_index(s)}; ++{r})"))
     for it in items:
-        v = body.expr(it.expr)
         if it.kind == "store":
-            body.store(it.node.buf, it.index, v, stored)
+            body.store(it.node.buf, it.index, _stored(body, it.expr, it.node.buf), stored)
             continue
-        _update(body, it, it.var, v)
+        _update(body, it, it.var, body.expr(it.expr))
     for s in reversed(saved):
         body.close(s)
 
