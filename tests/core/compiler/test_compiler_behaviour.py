@@ -228,3 +228,24 @@ def test_dynamic_training_compiles_forward_and_backward_once(ecompile):
         for p, q in zip(model.parameters(), ref.parameters()):
             torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4)
     assert pipeline.stats["graphs_compiled"] - before == 2  # one forward, one backward
+
+
+def test_in_place_samplers_draw_eagers_numbers_as_atens_own_calls():
+    # uniform_ (detection's random resize), normal_, ... functionalize into ops that sample
+    # from torch's generator: they run as ATen calls in graph order, like rand, not as
+    # fallbacks, and draw eager's numbers from the same seed
+    def f(x):
+        draws = [torch.empty(3).uniform_(0.0, 5.0), torch.empty(3).normal_(1.0, 2.0),
+                 torch.empty(3).exponential_(2.0), torch.empty(3).cauchy_(),
+                 torch.empty(3).log_normal_(), torch.empty(3).geometric_(0.3)]
+        return [x * d for d in draws]
+
+    torch.manual_seed(0)
+    want = f(torch.ones(3))
+    torch.manual_seed(0)
+    out = ember.core.explain(f, torch.ones(3))
+    assert out.graph_count == 1 and out.fallback_ops == []
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    for got, w in zip(ember.core.compile(f)(torch.ones(3)), want):
+        torch.testing.assert_close(got, w)

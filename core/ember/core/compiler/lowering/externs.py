@@ -39,7 +39,10 @@ EXTERN_OPS = {
     aten.cat, aten.constant_pad_nd, aten.max_pool2d_with_indices,
     aten.max_pool2d_with_indices_backward, aten.avg_pool2d, aten.avg_pool2d_backward,
     aten._adaptive_avg_pool2d, aten._adaptive_avg_pool2d_backward, aten.rand, aten.randn,
-    aten.rand_like, aten.randn_like, aten.bernoulli, aten.native_dropout, aten.argmax,
+    aten.rand_like, aten.randn_like, aten.bernoulli, aten.native_dropout,
+    # the functional forms of the in-place samplers (uniform_, normal_, ...): eager's stream
+    aten.uniform, aten.normal_functional, aten.exponential, aten.cauchy, aten.log_normal,
+    aten.geometric, aten.argmax,
     aten.argmin, aten.max, aten.min, aten.cumsum, aten.scaled_dot_product_attention,
     aten._scaled_dot_product_flash_attention_for_cpu,
     aten._scaled_dot_product_flash_attention_for_cpu_backward, aten.randint, aten.randperm,
