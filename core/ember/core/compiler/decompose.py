@@ -14,7 +14,7 @@ from collections import Counter
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 
-from ember.core.compiler import eager_parity
+from ember.core.compiler import eager_parity, moments
 from ember.core.logs import get_logger
 
 aten = torch.ops.aten
@@ -62,6 +62,7 @@ def decomposition_table() -> dict:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA))
     table.update(eager_parity.decompositions())  # torch.export honours these (autograd doesn't)
+    table.update(moments.decompositions())
     for op in _KEEP:
         table.pop(op, None)
     # torch's SDPA decompositions gave wrong q/k/v gradients for nn.TransformerEncoderLayer
