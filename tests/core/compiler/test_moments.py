@@ -98,6 +98,7 @@ _SPECIAL = {
     "constant": torch.full((2, 3), 0.1),
     "one_per_row": torch.tensor([[5.0], [7.0]]),   # N - correction = 0: nan, as eager
     "zero_size": torch.empty(2, 0),
+    "squares_overflow": torch.tensor([[1e30, 1.0, 2.0], [1.0, 2.0, 3.0]]),  # var inf, as eager
 }
 
 

@@ -49,7 +49,11 @@ def _moments(x: torch.Tensor, dim, correction, keepdim: bool):
     # an infinite or NaN shift makes c NaN, and the plain mean is then the answer. (m0 and c
     # have few readers, so lowering keeps them inline rather than in buffers of their own.)
     mean = m0 + torch.where(torch.isfinite(c), c, 0)
-    ss = torch.clamp_min(torch.sum(d * d, dims, keepdim=True) - sd * (sd / n), 0)
+    # sum(d)^2 / N <= sum(d * d): where the squares overflow, the correction may too, and
+    # inf - inf must stay inf (eager's double sum fits; its variance rounds to inf)
+    fix = sd * (sd / n)
+    fix = torch.where(torch.isfinite(fix), fix, 0)
+    ss = torch.clamp_min(torch.sum(d * d, dims, keepdim=True) - fix, 0)
     corr = 1 if correction is None else correction
     var = ss / torch.sym_max(n - corr, 0)
     if not keepdim and dims:
