@@ -150,3 +150,14 @@ def test_batch_norm_training_step_matches_eager():
                         bn.running_var])
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("correction", [0, 1, 0.5, 3])
+def test_dynamic_sizes_divide_by_eagers_count(correction):
+    fn = lambda t: torch.var_mean(t, 1, correction=correction)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="ember", dynamic=True)
+    for n in (2, 5, 9):   # n = 2 with correction 3: a count below zero, nan as eager
+        x = 5 + torch.randn(3, n, generator=torch.Generator().manual_seed(n))
+        for a, b in zip(compiled(x), fn(x)):
+            torch.testing.assert_close(a, b, equal_nan=True)
