@@ -4,6 +4,7 @@
 import re
 
 import pytest
+import sympy
 import torch
 import torch.nn.functional as F
 
@@ -491,3 +492,35 @@ def test_a_16_bit_store_converts_each_value_once(ecompile, output_code, dtype):
         code)}
     stored = re.findall(r"\] = (?:e_f_to_bf16|static_cast<_Float16>)\((t\d+)\);", code)
     assert stored and not rounded & set(stored)
+
+
+def _strided_accesses(code: str) -> list[str]:
+    """Array accesses of generated C++ whose index steps more than one element per step of
+    the innermost (``omp simd``) loop around them."""
+    found = []
+    for part in code.split("#pragma omp simd")[1:]:
+        head = re.search(r"for \(int64_t (\w+) = ", part)
+        var = sympy.Symbol(head.group(1))
+        body = part.split("\n    }")[0]
+        for name, index in re.findall(r"(\w+)\[\((.*?)\)\]", body):
+            step = sympy.diff(sympy.sympify(index), var)
+            if step not in (0, 1):
+                found.append(f"{name}[{index}] steps {step} along {var}")
+    return found
+
+
+def test_a_transposed_value_used_again_is_stored_in_its_readers_order(ecompile, output_code):
+    # a layer norm over a transposed input (channels last), transposed back and read by
+    # three users (wav2vec2's feature extractor): stored in the permuted view's own order,
+    # so every loop walks memory by one element, as the input and the output do
+    c, t = 32, 1599
+
+    def fn(x, w, b):
+        h = F.layer_norm(x.transpose(1, 2), (c,), w, b).transpose(1, 2)
+        return (F.gelu(h) * h + h.exp()).contiguous()
+
+    x = torch.randn(2, c, t)
+    w, b = torch.linspace(0.5, 1.5, c), torch.linspace(-0.2, 0.2, c)
+    torch.testing.assert_close(ecompile(fn)(x, w, b), fn(x, w, b), rtol=1e-5, atol=1e-5)
+    code = "\n".join(output_code).split("wrapper:")[0]
+    assert not _strided_accesses(code)

@@ -233,7 +233,7 @@ class GraphLowering:
 
     def _maybe_realize(self, node: FxNode, out):
         if isinstance(out, Lazy) and out.realized is None and out.layout is None:
-            out.layout = dense_order(meta_val(node), len(out.size))
+            out.layout = _stored_order(node, out)
         if isinstance(out, list):  # foreach ops, pooling: each value's readers go through getitem
             uses = Counter()
             for u in node.users:
@@ -522,6 +522,32 @@ def _fresh_strides(v: torch.Tensor) -> list:
            for n, st in zip(v.shape, v.stride())):
         return ir.contiguous_strides(shape)
     return [sym(s) for s in v.stride()]
+
+
+_PERMUTES = {torch.ops.aten.permute.default, torch.ops.aten.transpose.int,
+             torch.ops.aten.t.default}
+
+
+def _unit_stride_loads(e: ir.Expr, inner: sympy.Symbol) -> int:
+    """Loads in ``e`` that step one element per step of the index ``inner``."""
+    return sum(1 for ld in ir.loads(e) if sympy.diff(ld.index, inner) == 1)
+
+
+def _stored_order(node: FxNode, out: Lazy) -> tuple | None:
+    """The memory order a value is stored in if realized (None: contiguous): eager's, except
+    for a permuted view that no graph output returns, whose meta strides are only its base's
+    order. There it is contiguous when more of the value's loads then run along the inner
+    loop (a layer norm over a transposed input, used again through a transpose back, would
+    otherwise be stored transposed and read by its users with a stride)."""
+    order = dense_order(meta_val(node), len(out.size))
+    if order is None or node.target not in _PERMUTES or \
+            any(u.op == "output" for u in node.users):
+        return order
+    idx = ir.index_vars("x", len(out.size))
+    e = out.fn(idx)
+    if _unit_stride_loads(e, idx[-1]) > _unit_stride_loads(e, idx[order[-1]]):
+        return None
+    return order
 
 
 def dense_order(val, rank: int) -> tuple | None:
