@@ -498,10 +498,8 @@ def _strided_accesses(code: str) -> list[str]:
     """Array accesses of generated C++ whose index steps more than one element per step of
     the innermost (``omp simd``) loop around them."""
     found = []
-    for part in code.split("#pragma omp simd")[1:]:
-        head = re.search(r"for \(int64_t (\w+) = ", part)
-        var = sympy.Symbol(head.group(1))
-        body = part.split("\n    }")[0]
+    for body in _loops(code):
+        var = sympy.Symbol(re.search(r"for \(int64_t (\w+) = ", body).group(1))
         for name, index in re.findall(r"(\w+)\[\((.*?)\)\]", body):
             step = sympy.diff(sympy.sympify(index), var)
             if step not in (0, 1):

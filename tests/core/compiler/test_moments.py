@@ -112,9 +112,11 @@ def test_special_values_give_eagers_results(case):
     torch.testing.assert_close(mean, torch.mean(x, 1), equal_nan=True)
 
 
-def test_a_zero_dimensional_tensor():
+@pytest.mark.parametrize("fn", [lambda t: torch.var_mean(t, correction=0),
+                                lambda t: torch.var_mean(t, 0, correction=0),
+                                lambda t: torch.std_mean(t, -1, keepdim=True, correction=0)])
+def test_a_zero_dimensional_tensor(fn):
     x = torch.tensor(2.5)
-    fn = lambda t: torch.var_mean(t, correction=0)
     for a, b in zip(_compiled(fn)(x), fn(x)):
         torch.testing.assert_close(a, b)
 

@@ -17,6 +17,7 @@ a finite element follows it.
 from __future__ import annotations
 
 import torch
+from torch._decomp import decomposition_table as _torch_decompositions
 
 aten = torch.ops.aten
 
@@ -24,12 +25,12 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _dims(x: torch.Tensor, dim) -> list[int]:
-    if dim is None:
+    """The reduced dims; ``None``, ``[]`` (var's legacy "every dimension") and any dim of a
+    0-d tensor (0 or -1) reduce everything."""
+    dims = [] if dim is None else [dim] if isinstance(dim, int) else list(dim)
+    if not dims or x.dim() == 0:
         return list(range(x.dim()))
-    dims = [dim] if isinstance(dim, int) else list(dim)
-    if not dims:  # var's legacy spelling of "every dimension"
-        return list(range(x.dim()))
-    return sorted({d % max(x.dim(), 1) for d in dims})
+    return sorted({d % x.dim() for d in dims})
 
 
 def _moments(x: torch.Tensor, dim, correction, keepdim: bool):
@@ -40,8 +41,6 @@ def _moments(x: torch.Tensor, dim, correction, keepdim: bool):
     n = 1
     for d in dims:
         n = n * x.shape[d]
-    if x.dim() == 0:
-        dims = []
     m0 = torch.sum(xa, dims, keepdim=True) / n
     d = xa - m0
     sd = torch.sum(d, dims, keepdim=True)
@@ -61,28 +60,24 @@ def _moments(x: torch.Tensor, dim, correction, keepdim: bool):
     return var, mean
 
 
-def _fallback(op, *args, **kwargs):
-    from torch._decomp import decomposition_table
-    return decomposition_table[op](*args, **kwargs)
-
-
 def var_mean(x, dim=None, *, correction=None, keepdim=False):
     if x.dtype not in _FLOATS:
-        return _fallback(aten.var_mean.correction, x, dim, correction=correction,
-                         keepdim=keepdim)
+        return _torch_decompositions[aten.var_mean.correction](
+            x, dim, correction=correction, keepdim=keepdim)
     var, mean = _moments(x, dim, correction, keepdim)
     return var.to(x.dtype), mean.to(x.dtype)
 
 
 def std_mean(x, dim=None, *, correction=None, keepdim=False):
     if x.dtype not in _FLOATS:
-        return _fallback(aten.std_mean.correction, x, dim, correction=correction,
-                         keepdim=keepdim)
+        return _torch_decompositions[aten.std_mean.correction](
+            x, dim, correction=correction, keepdim=keepdim)
     var, mean = _moments(x, dim, correction, keepdim)
     return torch.sqrt(var).to(x.dtype), mean.to(x.dtype)
 
 
 def _unbiased(fn):
+    """The ``unbiased=`` spelling (the ``dim`` and default overloads) of ``fn``."""
     def by_flag(x, dim=None, unbiased=True, keepdim=False):
         return fn(x, dim, correction=1 if unbiased else 0, keepdim=keepdim)
     return by_flag
@@ -90,9 +85,10 @@ def _unbiased(fn):
 
 def decompositions() -> dict:
     """Our overloads of ``var_mean`` and ``std_mean`` (ATen overload -> Python function)."""
+    var_flag, std_flag = _unbiased(var_mean), _unbiased(std_mean)
     return {
         aten.var_mean.correction: var_mean, aten.std_mean.correction: std_mean,
-        aten.var_mean.dim: _unbiased(var_mean), aten.std_mean.dim: _unbiased(std_mean),
-        aten.var_mean.default: lambda x, unbiased=True: _unbiased(var_mean)(x, None, unbiased),
-        aten.std_mean.default: lambda x, unbiased=True: _unbiased(std_mean)(x, None, unbiased),
+        aten.var_mean.dim: var_flag, aten.std_mean.dim: std_flag,
+        aten.var_mean.default: lambda x, unbiased=True: var_flag(x, None, unbiased),
+        aten.std_mean.default: lambda x, unbiased=True: std_flag(x, None, unbiased),
     }
