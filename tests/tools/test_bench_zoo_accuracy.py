@@ -239,3 +239,33 @@ def test_a_case_judges_a_failed_float32_training_step_in_float64(monkeypatch, bu
     cells, _ = zoo.backend_cells(res, ("ember",), res["eager"]["time"], "convbn", [],
                                  {"ember": 0})
     assert cells[0] == label
+
+
+AMP_TOL = zoo.TOLERANCE[("amp", "training")]
+# float64, eager and a compiled run of efficientnet_b7's AMP training loss in the vision zoo
+# (batch 2 at 64x64: eager's own logits are 40% RMS off float64 there)
+B7_LOSS = {"float64": 3.4401, "eager": 2.9730, "compiled": 5.5896}
+
+
+def test_an_amp_loss_as_far_from_float64_as_chance_puts_it_passes():
+    ref64 = [torch.tensor(B7_LOSS["float64"], dtype=torch.float64)]
+    eager, got = [torch.tensor(B7_LOSS["eager"])], [torch.tensor(B7_LOSS["compiled"])]
+    # 4.6x eager's error: past the 3x of a larger tensor, inside the 10x of one draw
+    assert 3 < abs(B7_LOSS["compiled"] - B7_LOSS["float64"]) / \
+        abs(B7_LOSS["eager"] - B7_LOSS["float64"]) < 10
+    assert zoo._accurate(got, eager, ref64, AMP_TOL)
+    assert not zoo._accurate(got, eager, ref64, TOL)  # float32's rule keeps 3x
+
+
+def test_an_amp_loss_further_off_and_a_larger_amp_tensor_still_fail():
+    ref64 = [torch.tensor(B7_LOSS["float64"], dtype=torch.float64)]
+    eager = [torch.tensor(B7_LOSS["eager"])]
+    err = abs(B7_LOSS["eager"] - B7_LOSS["float64"])
+    assert not zoo._accurate([torch.tensor(B7_LOSS["float64"] + 11 * err)], eager, ref64,
+                             AMP_TOL)
+    torch.manual_seed(0)
+    ref = torch.randn(zoo.FEW_ELEMENTS + 1, dtype=torch.float64)
+    noise = torch.randn(zoo.FEW_ELEMENTS + 1, dtype=torch.float64)
+    eager_t = (ref + noise).float()
+    assert not zoo._accurate([(ref + 5 * noise).float()], [eager_t], [ref], AMP_TOL)
+    assert zoo._accurate([(ref + 2.5 * noise).float()], [eager_t], [ref], AMP_TOL)
