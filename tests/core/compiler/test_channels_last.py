@@ -158,23 +158,58 @@ def test_dynamic_batch_keeps_one_graph(ecompile):
     assert pipeline.stats["graphs_compiled"] - before == 1
 
 
-def test_a_graph_fake_tensors_cannot_run_again_is_left_as_traced():
-    """A trace may record strides a second propagation does not give (ATen's sdpa in
-    HuggingFace swin's exported graph: its ``contiguous()`` before a view was dropped): the
-    rewrite is not applied and every value stays as traced (the pass raised, propagating
-    again from the inputs to undo itself)."""
+def _patches(x, w1, w2):
+    """MobileViT's unfolding: a convolution's output cut into 2x2 patches by views (traced as
+    views: the value was contiguous then), then folded back for another convolution."""
+    y = F.conv2d(x, w1, padding=1)
+    n, c, h, wd = y.shape
+    p = y.view(n * c * h // 2, 2, wd // 2, 2).transpose(1, 2)
+    p = p.reshape(n, c, -1, 4).transpose(1, 3).relu()
+    z = p.transpose(1, 3).reshape(n * c * h // 2, wd // 2, 2, 2).transpose(1, 2)
+    return F.conv2d(z.reshape(n, c, h, wd), w2)
+
+
+def test_a_view_the_new_layout_cannot_take_gets_a_contiguous_copy_first():
+    """Before: propagating again raised at the first view and the whole graph stayed NCHW."""
+    args = (torch.randn(2, 8, 8, 8), torch.randn(16, 8, 3, 3), torch.randn(16, 16, 1, 1))
+    gm = make_fx(_patches, tracing_mode="fake")(*args)
+    views = [n for n in gm.graph.nodes if n.target is torch.ops.aten.view.default]
+    channels_last.apply(gm, set())
+    assert all(_nhwc(v) for v in _conv_inputs(gm))
+    relaid = [n for n in gm.graph.nodes if n.target is torch.ops.aten.clone.default and
+              n.kwargs["memory_format"] is torch.contiguous_format and
+              any(u in views for u in n.users)]
+    assert len(relaid) == 1 and relaid[0].meta["val"].is_contiguous()
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    assert out.meta["val"].is_contiguous()
+    torch.testing.assert_close(gm(*args), _patches(*args), atol=1e-4, rtol=1e-4)
+
+
+def test_compiled_patch_unfolding_matches_eager(ecompile):
+    args = (torch.randn(2, 8, 8, 8), torch.randn(16, 8, 3, 3), torch.randn(16, 16, 1, 1))
+    got, want = ecompile(_patches)(*args), _patches(*args)
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_a_graph_fake_tensors_cannot_run_again_is_left_as_traced(monkeypatch):
+    """A graph whose fake tensors raise when propagated again (an op whose fake kernel
+    cannot take the new layout): the rewrite is not applied and every value and node stays
+    as traced, the copies taken out again."""
     def body(x, w):
-        return F.conv2d(x, w).transpose(2, 3).contiguous().view(2, -1)
+        return F.conv2d(x, w).transpose(2, 3).contiguous().view(2, -1).sin()
 
     gm = make_fx(body, tracing_mode="fake")(torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3))
-    clone = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.clone.default)
-    transposed = clone.args[0]
-    transposed.meta["val"] = clone.meta["val"]  # as if traced contiguous: no clone needed
-    clone.replace_all_uses_with(transposed)
-    gm.graph.erase_node(clone)
-    gm.recompile()
     traced = {n: n.meta.get("val") for n in gm.graph.nodes}
     nodes = list(gm.graph.nodes)
+    run_node = channels_last._Propagation.run_node
+
+    def refuse(self, n):
+        if n.target is torch.ops.aten.sin.default:
+            raise RuntimeError("a fake kernel that cannot run again")
+        return run_node(self, n)
+
+    monkeypatch.setattr(channels_last._Propagation, "run_node", refuse)
     assert channels_last.apply(gm, set()) == []
     assert list(gm.graph.nodes) == nodes
     assert all(n.meta.get("val") is v for n, v in traced.items())

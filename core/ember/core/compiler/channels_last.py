@@ -17,6 +17,8 @@ is judged the same way, and when it goes NHWC the kernel that computes it writes
 Max pools over NCHW rows narrower than ``POOL_NHWC_BELOW_WIDTH`` get an NHWC copy of their
 input too (shared with any convolution that wants the same copy): their loop then runs over
 channels with each tap's bounds hoisted, where over a 4-wide row it checked them per element.
+A ``view`` the new layout cannot take gets a contiguous copy of its input first (eager's
+``reshape`` copies there; the trace kept a view only because the value was contiguous then).
 ``options={"channels_last": False}`` turns the rewrite off.
 """
 
@@ -37,6 +39,7 @@ log = get_logger("perf_hints")
 
 _CONV = torch.ops.aten.convolution.default
 _CLONE = torch.ops.aten.clone.default
+_VIEW = torch.ops.aten.view.default
 _POOL = torch.ops.aten.max_pool2d_with_indices.default
 # A max pool over NCHW rows narrower than this runs scalar (each tap's bounds checked per
 # element; a 16-bit tap cannot be a vector gather): fed NHWC, its loop runs over channels
@@ -98,6 +101,32 @@ def prefers_nhwc(conv: Node) -> bool:
     return cost <= WEIGHT_COPY_PER_INPUT * size + WEIGHT_COPY_ALLOWANCE
 
 
+class _Propagation(FakeTensorProp):
+    """Fake-tensor propagation that gives a ``view`` whose input can no longer be viewed so
+    (its producer now NHWC, where the trace saw it contiguous) a contiguous copy of that input
+    first: what eager's ``reshape`` would have done, and the trace recorded as a view only
+    because the value was contiguous then. The copies made are appended to ``copies``."""
+
+    def __init__(self, gm: GraphModule, mode, copies: list[Node]) -> None:
+        super().__init__(gm, mode)
+        self.copies = copies
+
+    def run_node(self, n: Node):
+        if n.op == "call_function" and n.target is _VIEW and isinstance(n.args[0], Node):
+            src, size = self.fetch_args_kwargs_from_env(n)[0][:2]
+            try:
+                src.view(size)
+            except (RuntimeError, ValueError):  # eager's error, and the fake kernel's
+                with self.module.graph.inserting_before(n):
+                    copy = self.module.graph.call_function(
+                        _CLONE, (n.args[0],), {"memory_format": torch.contiguous_format})
+                n.replace_input_with(n.args[0], copy)
+                self.env[copy] = copy.meta["val"] = src.clone(
+                    memory_format=torch.contiguous_format)
+                self.copies.append(copy)
+        return super().run_node(n)
+
+
 def _fake_mode(gm: GraphModule):
     for n in gm.graph.nodes:
         v = n.meta.get("val")
@@ -156,10 +185,11 @@ def apply(gm: GraphModule, own_layout: set[str], jit: bool = False) -> list[str]
                 copies.append(copy)
             node.replace_input_with(feed, copy)
     gm.recompile()
+    relaid: list[Node] = []  # contiguous copies before views (``_Propagation``)
     try:
-        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*placeholders)
+        _Propagation(gm, mode, relaid).propagate_dont_convert_inputs(*placeholders)
     except Exception as e:  # a graph fake tensors cannot re-run: leave it as it was
-        for copy in copies:
+        for copy in copies + relaid:
             copy.replace_all_uses_with(copy.args[0])
             gm.graph.erase_node(copy)
         for n, v in traced.items():
@@ -183,7 +213,7 @@ def apply(gm: GraphModule, own_layout: set[str], jit: bool = False) -> list[str]
             back.meta["val"] = o.meta["val"].clone(memory_format=torch.contiguous_format)
             output.replace_input_with(o, back)
     gm.recompile()
-    log.info("channels-last convolutions: %d of %d convolutions, %d layout copies, %d weights",
-             sum(_is_nhwc(c.args[0].meta.get("val")) for c in convs), len(convs), kept,
-             len(nhwc_weights))
+    log.info("channels-last convolutions: %d of %d convolutions, %d layout copies (%d before "
+             "views), %d weights", sum(_is_nhwc(c.args[0].meta.get("val")) for c in convs),
+             len(convs), kept + len(relaid), len(relaid), len(nhwc_weights))
     return [w.name for w in nhwc_weights]
