@@ -158,12 +158,24 @@ def test_skinny_matmul_is_a_loop_kernel_and_big_ones_stay_in_blas(ecompile, outp
     assert len(externs) == 2 and all("mm" in ln for ln in externs)
 
 
+def _without_native_16bit(monkeypatch):
+    """The CPU's flags less its native 16-bit dot products (an AVX2 machine's view)."""
+    from ember.core.compiler.lowering import externs
+    from ember.core.compiler.runtime import isa
+
+    native = {f for fs in externs._NATIVE_16BIT.values() for f in fs}
+    flags = isa.cpu_flags() - native
+    monkeypatch.setattr(isa, "cpu_flags", lambda: flags)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_few_row_linears_read_each_weight_row_once_and_store_the_gelu(ecompile, output_code,
-                                                                        dtype):
+                                                                        dtype, monkeypatch):
     """10 rows through a 64 -> 200 -> 48 MLP: each loop matmul runs over the weight's rows
     outside and the 10 rows inside (one pass over the weight, not ten), and the gelu between
-    the linears is stored once, not recomputed for each of the 48 outputs that read it."""
+    the linears is stored once, not recomputed for each of the 48 outputs that read it.
+    bfloat16 runs as loops only without native 16-bit dot products."""
+    _without_native_16bit(monkeypatch)
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(64, 200), torch.nn.GELU(),
                               torch.nn.Linear(200, 48)).eval()
@@ -176,6 +188,27 @@ def test_few_row_linears_read_each_weight_row_once_and_store_the_gelu(ecompile, 
     assert kernels.count("e_erf(t") == 1, kernels
     outer = re.findall(r"collapse\(2\)\n\s*for \(int64_t x0 = 0; x0 < (\d+)", kernels)
     assert outer == ["200", "48"], kernels
+
+
+def test_skinny_16bit_matmuls_are_aten_calls_with_native_16bit_dot_products(
+        ecompile, output_code, monkeypatch):
+    """The same MLP in bfloat16 on a CPU with avx512_bf16: both linears are ATen calls
+    (oneDNN's, 1.3-3x faster than the loop there), the result eager's."""
+    from ember.core.compiler.runtime import isa
+
+    flags = isa.cpu_flags()
+    if not flags:
+        pytest.skip("the CPU's flags are unknown here")
+    monkeypatch.setattr(isa, "cpu_flags", lambda: flags | {"avx512_bf16"})
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 200), torch.nn.GELU(),
+                              torch.nn.Linear(200, 48)).eval()
+    x = torch.randn(10, 64)
+    with torch.no_grad(), torch.autocast("cpu"):
+        out, ref = ecompile(mlp)(x), mlp(x)
+    torch.testing.assert_close(out, ref, atol=1e-2, rtol=1e-2)
+    wrapper = "\n".join(output_code).split("wrapper:")[1]
+    assert len([ln for ln in wrapper.splitlines() if "  # aten.addmm" in ln]) == 2, wrapper
 
 
 def test_few_row_matmul_walking_b_across_rows_keeps_rows_outside(ecompile, output_code):
