@@ -216,13 +216,14 @@ def _has_16bit(ctx: Ctx, native: bool) -> bool:
 
 
 def _slow_16bit(ctx: Ctx) -> bool:
+    """Where a 16-bit matmul runs as a float32 GEMM of its widened operands."""
     return _has_16bit(ctx, native=False)
 
 
 def _native_16bit(ctx: Ctx) -> bool:
-    """Where a skinny 16-bit matmul is ATen's: on an AVX-512 EPYC with avx512_bf16, bfloat16
-    [10,768] @ [768,3072] took 236 us in oneDNN and 697 us as our loop (widening each
-    element), [512,512] @ [512,10] 46 vs 104 us (2 threads)."""
+    """Where a skinny 16-bit matmul stays ATen's: with avx512_bf16, bfloat16 [10,768] @
+    [768,3072] took 236 us in oneDNN and 697 us as our loop (which widens each element),
+    [512,512] @ [512,10] 46 vs 104 us (2 threads)."""
     return _has_16bit(ctx, native=True)
 
 
