@@ -168,6 +168,14 @@ def _without_native_16bit(monkeypatch):
     monkeypatch.setattr(isa, "cpu_flags", lambda: flags)
 
 
+def _ten_row_mlp():
+    """A 64 -> 200 -> 48 GELU MLP (eval) and 10 rows for it."""
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 200), torch.nn.GELU(),
+                              torch.nn.Linear(200, 48)).eval()
+    return mlp, torch.randn(10, 64)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_few_row_linears_read_each_weight_row_once_and_store_the_gelu(ecompile, output_code,
                                                                         dtype, monkeypatch):
@@ -176,10 +184,7 @@ def test_few_row_linears_read_each_weight_row_once_and_store_the_gelu(ecompile, 
     the linears is stored once, not recomputed for each of the 48 outputs that read it.
     bfloat16 runs as loops only without native 16-bit dot products."""
     _without_native_16bit(monkeypatch)
-    torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(64, 200), torch.nn.GELU(),
-                              torch.nn.Linear(200, 48)).eval()
-    x = torch.randn(10, 64)
+    mlp, x = _ten_row_mlp()
     with torch.no_grad(), torch.autocast("cpu", enabled=dtype == torch.bfloat16):
         out, ref = ecompile(mlp)(x), mlp(x)
     tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
@@ -200,10 +205,7 @@ def test_skinny_16bit_matmuls_are_aten_calls_with_native_16bit_dot_products(
     if not flags:
         pytest.skip("the CPU's flags are unknown here")
     monkeypatch.setattr(isa, "cpu_flags", lambda: flags | {"avx512_bf16"})
-    torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(64, 200), torch.nn.GELU(),
-                              torch.nn.Linear(200, 48)).eval()
-    x = torch.randn(10, 64)
+    mlp, x = _ten_row_mlp()
     with torch.no_grad(), torch.autocast("cpu"):
         out, ref = ecompile(mlp)(x), mlp(x)
     torch.testing.assert_close(out, ref, atol=1e-2, rtol=1e-2)

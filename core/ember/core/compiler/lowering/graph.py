@@ -530,7 +530,7 @@ _PERMUTES = {torch.ops.aten.permute.default, torch.ops.aten.transpose.int,
 
 def _unit_stride_loads(e: ir.Expr, inner: sympy.Symbol) -> int:
     """Loads in ``e`` that step one element per step of the index ``inner``."""
-    return sum(1 for ld in ir.loads(e) if sympy.diff(ld.index, inner) == 1)
+    return sum(ir.unit_stride([ld], inner) for ld in ir.loads(e))
 
 
 def _stored_order(node: FxNode, out: Lazy) -> tuple | None:
