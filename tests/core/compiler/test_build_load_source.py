@@ -52,3 +52,16 @@ def test_missing_files_and_includes_outside_the_package_raise(package):
 def test_the_attention_source_ships_and_builds():
     lib = build.load_source("ember.core.nn", "attention_native.cpp")
     assert hasattr(lib, "ember_attn_forward") and hasattr(lib, "ember_attn_set_blas")
+
+
+def test_packages_link_with_a_faster_linker_only_where_the_compiler_drives_one(monkeypatch):
+    assert build.libtorch_linker() in ([], ["-fuse-ld=mold"], ["-fuse-ld=lld"],
+                                       ["-fuse-ld=gold"])
+
+    class Refused:
+        returncode = 1
+
+    tried = []
+    monkeypatch.setattr(build.subprocess, "run", lambda cmd, **kw: tried.append(cmd) or Refused)
+    assert build.libtorch_linker.__wrapped__() == []
+    assert [c[1] for c in tried] == ["-fuse-ld=mold", "-fuse-ld=lld", "-fuse-ld=gold"]

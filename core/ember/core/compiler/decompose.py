@@ -56,6 +56,14 @@ _KEEP = {
 _ATEN_SPACING = {aten.linspace, aten.logspace}
 
 
+def _dropout(input, p: float, train):
+    """Dropout that drops nothing (eval mode, or p = 0) is its input, as eager's kernel returns
+    it: torch's decomposition copies it, an op every trace pays for and lowering removes."""
+    if train and p != 0:
+        return aten.native_dropout(input, p, train)[0]
+    return input
+
+
 @functools.lru_cache(maxsize=1)
 def decomposition_table() -> dict:
     """The table passed to AOTAutograd (ATen overload -> Python decomposition)."""
@@ -63,6 +71,7 @@ def decomposition_table() -> dict:
     table.update(get_decompositions(_EXTRA))
     table.update(eager_parity.decompositions())  # torch.export honours these (autograd doesn't)
     table.update(moments.decompositions())
+    table[aten.dropout.default] = _dropout
     for op in _KEEP:
         table.pop(op, None)
     # torch's SDPA decompositions gave wrong q/k/v gradients for nn.TransformerEncoderLayer
