@@ -65,3 +65,27 @@ def test_packages_link_with_a_faster_linker_only_where_the_compiler_drives_one(m
     monkeypatch.setattr(build.subprocess, "run", lambda cmd, **kw: tried.append(cmd) or Refused)
     assert build.libtorch_linker.__wrapped__() == []
     assert [c[1] for c in tried] == ["-fuse-ld=mold", "-fuse-ld=lld", "-fuse-ld=gold"]
+
+
+def test_runtime_builds_in_the_background_and_a_dropped_build_is_stopped(tmp_path,
+                                                                        monkeypatch):
+    import gc
+    import os
+
+    monkeypatch.setenv(cache.ENV, str(tmp_path / "cache"))
+    bad = build.start_runtime("bad.cpp", "this is not C++;\n", {})
+    with pytest.raises(build.BuildError, match="packages' runtime"):
+        bad.path()
+    assert not os.path.exists(bad.tmp.name)
+
+    slow = build.start_runtime("slow.cpp", "#include <ATen/core/Tensor.h>\n", {})
+    proc, folder = slow.proc, slow.tmp.name
+    assert proc.poll() is None and os.path.isdir(folder)  # still compiling
+    del slow  # aot_compile failed before waiting for it
+    gc.collect()
+    assert proc.returncode is not None and not os.path.exists(folder)
+
+    ok = build.start_runtime("ok.cpp", 'extern "C" int seven() { return 7; }\n', {})
+    built = ok.path()
+    again = build.start_runtime("ok.cpp", 'extern "C" int seven() { return 7; }\n', {})
+    assert again.proc is None and again.path() == built  # cached, checked by digest

@@ -55,6 +55,10 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
     include_weights = bool(options.pop("package_weights", True))
     options = check_options(options)
     level = _level(options)
+    headers = {"cpp_wrapper_prelude.h": cpp_wrapper.prelude()}
+    runtime_name, runtime_text = "cpp_wrapper_runtime.cpp", cpp_wrapper.runtime()
+    # the runtime's first build (seconds of ATen headers) runs beside export and lowering
+    runtime = build.start_runtime(runtime_name, runtime_text, headers)
     exported = export(model, example_args, dynamic_shapes)
     gm = exported.gm
     nhwc = set()
@@ -112,8 +116,6 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
         raise AOTCompileError(f"cannot package the graph: {e}") from e
     if output_log.isEnabledFor(logging.INFO):
         output_log.info("generated C++ kernels:\n%s\nC++ wrapper:\n%s", kernels_tu, wrapper_tu)
-    headers = {"cpp_wrapper_prelude.h": cpp_wrapper.prelude()}
-    runtime = ("cpp_wrapper_runtime.cpp", cpp_wrapper.runtime())
     library = build.build_library(kernels_tu, wrapper_tu, headers, runtime,
                                   {**options, "cpu_isa": level})
     meta = package.Metadata(
@@ -130,7 +132,7 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
         os.close(fd)
     package.write(path, meta, library, blob,
                   {"kernels.cpp": kernels_tu, "wrapper.cpp": wrapper_tu, **headers,
-                   runtime[0]: runtime[1]})
+                   runtime_name: runtime_text})
     log.info("package %s: %d kernels, %d externs, %d bytes of library", path,
              len(lowered.kernels), len(steps) - len(lowered.kernels), len(library))
     return path

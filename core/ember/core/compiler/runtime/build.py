@@ -24,6 +24,8 @@ import re
 import shutil
 import subprocess
 import tempfile
+import weakref
+from pathlib import Path
 
 from ember.core import parallel
 from ember.core.compiler.runtime import cache, isa
@@ -254,41 +256,66 @@ def torch_flags() -> tuple[list[str], list[str]]:
     return cflags, lflags
 
 
-def _runtime_object(name: str, text: str, headers: dict[str, str], cmd: list[str]) -> str:
-    """The cached object of a package's ATen runtime ``name`` (its ATen headers cost seconds
-    to parse; it is built once per machine, compiler and flags), checked against its digest."""
-    global builds
+class RuntimeBuild:
+    """A package ATen runtime object: found in the cache, or compiling in the background (its
+    ATen headers cost seconds to parse) so that the compile overlaps the model's export and
+    lowering. ``path()`` waits for it; a build nobody waited for is stopped when its record
+    is dropped (a failed ``aot_compile``)."""
+
+    def __init__(self, target: Path, proc: subprocess.Popen | None = None,
+                 tmp: tempfile.TemporaryDirectory | None = None):
+        self.target, self.proc, self.tmp = target, proc, tmp
+        self._stop = weakref.finalize(self, _stop_build, proc, tmp) if proc else None
+
+    def path(self) -> str:
+        global builds
+        if self.proc is not None:
+            proc, self.proc = self.proc, None
+            self._stop.detach()
+            try:
+                _, err = proc.communicate()
+                builds += 1
+                if proc.returncode != 0:
+                    raise BuildError(f"{compiler()[0]} failed on the packages' runtime:\n"
+                                     f"{err[-4000:]}")
+                _install(os.path.join(self.tmp.name, "runtime.o"), self.target)
+            finally:
+                self.tmp.cleanup()
+        return str(self.target)
+
+
+def _stop_build(proc: subprocess.Popen, tmp: tempfile.TemporaryDirectory) -> None:
+    proc.kill()
+    proc.communicate()
+    tmp.cleanup()
+
+
+def start_runtime(name: str, text: str, headers: dict[str, str]) -> RuntimeBuild:
+    """The cached object of a package's ATen runtime ``name`` (built once per machine,
+    compiler and flags, and checked against its digest), its build started if it is not."""
     cxx, version = compiler()
+    cmd = [cxx, "-O2", "-fPIC", "-fvisibility=hidden", "-std=c++17", "-w", *torch_flags()[0]]
     k = cache.key(text, *headers.values(), " ".join(cmd), cxx, version)
     target = cache.entry(k, ".o")
     if target.exists() and _check_entry(target, k) is None:
-        return str(target)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        _write(tmp, {**headers, name: text})
-        out = os.path.join(tmp, "runtime.o")
-        proc = subprocess.run([*cmd, "-c", name, "-o", out], cwd=tmp, capture_output=True,
-                              text=True)
-        builds += 1
-        if proc.returncode != 0:
-            raise BuildError(f"{cxx} failed on the packages' runtime {name}:\n"
-                             f"{proc.stderr[-4000:]}")
-        _install(out, target)
-    return str(target)
+        return RuntimeBuild(target)
+    tmp = tempfile.TemporaryDirectory(dir=target.parent)
+    _write(tmp.name, {**headers, name: text})
+    proc = subprocess.Popen([*cmd, "-c", name, "-o", "runtime.o"], cwd=tmp.name,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return RuntimeBuild(target, proc, tmp)
 
 
 def build_library(kernels: str, wrapper: str, headers: dict[str, str],
-                  runtime: tuple[str, str], options: dict | None = None) -> bytes:
+                  runtime: RuntimeBuild, options: dict | None = None) -> bytes:
     """Compile an ahead-of-time package's kernels (as the JIT builds them) and its wrapper in
-    parallel, link them with the ATen runtime ``runtime`` (file name, source; built once and
-    cached) against libtorch, and return the library's bytes."""
+    parallel, link them with the ATen runtime (``start_runtime``) against libtorch, and
+    return the library's bytes."""
     global builds
     cxx, _ = compiler()
     level_flags = isa.flags(isa.selected(options))
-    cflags, lflags = torch_flags()
+    lflags = torch_flags()[1]
     base = [f for f in BASE_FLAGS if f != "-shared"]
-    runtime_o = _runtime_object(*runtime, headers,
-                                [cxx, "-O2", "-fPIC", "-fvisibility=hidden", "-std=c++17", "-w",
-                                 *cflags])
     with tempfile.TemporaryDirectory(prefix="ember-aot-") as tmp:
         _write(tmp, {**headers, "kernels.cpp": kernels, "wrapper.cpp": wrapper})
         jobs = {
@@ -308,7 +335,7 @@ def build_library(kernels: str, wrapper: str, headers: dict[str, str],
                 raise BuildError(f"{cxx} failed on the package's {name}:\n{err[-4000:]}")
         libs = ["-lmvec"] if has_libmvec() else []
         proc = subprocess.run([cxx, "-shared", "-fopenmp", *libtorch_linker(), "kernels.o",
-                               "wrapper.o", runtime_o,
+                               "wrapper.o", runtime.path(),
                                "-o", "model.so", *lflags, *libs], cwd=tmp,
                               capture_output=True, text=True)
         builds += 1
