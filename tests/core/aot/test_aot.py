@@ -332,17 +332,46 @@ def test_static_buffers_live_in_an_arena_that_concurrent_calls_do_not_share(on, 
     assert failures == []
 
 
+class _WeightAsInput(nn.Module):
+    def forward(self, x, w):
+        return F.linear(x, w)
+
+
 def test_large_static_linear_runs_onednn_in_the_package(tmp_path):
     # past ONEDNN_MIN_MACS the lowering picks mkldnn::_linear_pointwise (a C++ op of libtorch,
     # with a Scalar?[] argument): a static package of it was refused as "registered from Python"
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 256)).eval()
-    x = torch.randn(256, 512)
-    path = aot.aot_compile(model, (x,), path=str(tmp_path / "linear.pt2"))
+    x, w = torch.randn(256, 512), torch.randn(1024, 512)
+    path = aot.aot_compile(_WeightAsInput(), (x, w), path=str(tmp_path / "linear.pt2"))
     with zipfile.ZipFile(path) as z:
-        assert "mkldnn::_linear_pointwise" in z.read("source/wrapper.cpp").decode()
+        wrapper = z.read("source/wrapper.cpp").decode()
+    # a caller's tensor is no weight to pack once: the op is called boxed
+    assert "mkldnn::_linear_pointwise" in wrapper and "PackedLinear" not in wrapper
+    _close(aot.aot_load(path)(x, w), F.linear(x, w), torch.float32)
+
+
+def test_linears_on_packaged_weights_pack_once_and_follow_in_place_changes(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 256),
+                          nn.Linear(256, 8)).eval()
+    path = _compile(model, torch.randn(4, 512), tmp_path, "packed",
+                    options={"package_weights": False})
+    with zipfile.ZipFile(path) as z:
+        wrapper = z.read("source/wrapper.cpp").decode()
+    assert wrapper.count("PackedLinear linear") == 2  # not the 256 x 8 one: too small
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    loaded = aot.aot_load(path, weights=weights)
     with torch.no_grad():
-        _close(aot.aot_load(path)(x), model(x), torch.float32)
+        # at batch 1 both products stay under oneDNN's threshold (ATen's addmm), at 2 the
+        # first runs packed, at 64 both
+        for n in (1, 2, 64):
+            x = torch.randn(n, 512)
+            _close(loaded(x), model(x), torch.float32)
+        # a weight changed in place after load is packed again at the next call
+        weights["0.weight"].mul_(-0.5)
+        model[0].weight.mul_(-0.5)
+        x = torch.randn(64, 512)
+        _close(loaded(x), model(x), torch.float32)
 
 
 def test_channels_last_weights_supplied_at_load(tmp_path):

@@ -70,6 +70,11 @@ def _enum(a) -> str | None:
     return None
 
 
+# A linear on a packaged weight of at least this many elements (K * N) runs through
+# ``ember_aot::PackedLinear``; oneDNN's fixed cost per call outweighs what packing saves on
+# smaller ones ([M, 256] @ [256, 256] stays behind ATen's sgemm up to M = 64 here).
+PACKED_MIN_WEIGHT = 1 << 17
+
 # operator namespaces whose kernels libtorch registers in C++ (others need Python)
 NATIVE_NAMESPACES = ("aten", "mkldnn")
 
@@ -341,10 +346,60 @@ int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) 
             self.ops[key] = f"op{len(self.ops)}"
         return self.ops[key]
 
+    def _packaged_weight(self, w) -> bool:
+        """``w`` is a float32 [N, K] weight the package holds, read whole in its own layout,
+        large enough to pack."""
+        user = {f"arg{spec.pos}" for spec in self.inputs}
+        name = w.buf.name if isinstance(w, StridedView) else None
+        packaged = name is not None and name not in user and (
+            name in self.constants or name.startswith("arg"))
+        return packaged and w.dtype == torch.float32 and len(w.size) == 2 and w.is_natural() \
+            and w.is_contiguous() and all(sympy.sympify(d).is_Integer for d in w.size) \
+            and int(w.size[0]) * int(w.size[1]) >= PACKED_MIN_WEIGHT
+
+    def _linear_operands(self, step):
+        """(x, [N, K] weight, bias or None) of a linear on a packaged weight (``addmm`` /
+        ``mm`` by its transpose, or oneDNN's linear), else None."""
+        op, args = step.op, step.args
+        if step.kwargs or step.out_tree != "single":
+            return None
+        if op is torch.ops.mkldnn._linear_pointwise.default and len(args) == 6 and \
+                args[3:] == ("none", [], ""):
+            x, w, bias = args[:3]
+        elif op in (torch.ops.aten.addmm.default, torch.ops.aten.mm.default):
+            x, wt, bias = (*args[:2], None) if op is torch.ops.aten.mm.default else \
+                (args[1], args[2], args[0])
+            if len(args) != (2 if bias is None else 3) or not isinstance(wt, StridedView) or \
+                    len(wt.size) != 2:
+                return None
+            w = StridedView(wt.buf, wt.size[::-1], wt.stride[::-1], wt.offset)
+        else:
+            return None
+        if not self._packaged_weight(w) or not isinstance(x, StridedView) or \
+                x.dtype != torch.float32:
+            return None
+        if bias is not None and not (isinstance(bias, StridedView) and bias.is_natural() and
+                                     bias.dtype == torch.float32 and
+                                     list(bias.size) == [w.size[0]]):
+            return None
+        return x, w, bias
+
     def _CallExtern(self, s: CallExtern):
         if s.out:
             raise Unsupported("the C++ wrapper calls externs boxed: plan it without extern_out")
         step = s.step
+        linear = self._linear_operands(step)
+        if linear is not None:  # the weight packed once for oneDNN, kept between calls
+            x, w, bias = linear
+            self.tmp += 1
+            (b,) = step.outs
+            bias_arg = "ember_aot::Tensor()" if bias is None else self._tensor(bias)
+            self.lines += [
+                f"static ember_aot::PackedLinear linear{self.tmp};",
+                f"ember_aot::Tensor {b.name} = ember_aot::fix(linear{self.tmp}.run("
+                f"{self._tensor(x)}, {self._tensor(w)}, {bias_arg}), {_ints(b.size)}, "
+                f"{_ints(b.stride)}, {scalar_type(b.dtype)});  // {step.op}, packed weight"]
+            return
         handle = self._op_handle(step.op)
         schema = step.op._schema
         pushes = []

@@ -104,6 +104,23 @@ class Lease {
   Tensor base_;
 };
 
+// A linear layer's call site on a packaged weight: ``run`` computes ``x @ w^T (+ bias)``
+// through oneDNN on the weight reordered into its blocked layout once, and again only if
+// the weight changes in place (its version counter), where the product is large enough to
+// repay oneDNN's fixed cost per call; smaller products, and builds without oneDNN, call
+// ATen's addmm / mm. ``w`` is the [N, K] weight as packaged; an undefined ``bias``: none.
+class PackedLinear {
+ public:
+  PackedLinear();
+  ~PackedLinear();
+  PackedLinear(const PackedLinear&) = delete;
+  PackedLinear& operator=(const PackedLinear&) = delete;
+  Tensor run(const Tensor& x, const Tensor& w, const Tensor& bias);
+
+ private:
+  void* impl_;
+};
+
 // Raises the JIT wrapper's IndexError (status kIndexError) when ``flag`` holds true.
 void check_index(const Tensor& flag, const char* message);
 
