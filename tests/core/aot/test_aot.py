@@ -361,6 +361,21 @@ def test_linears_on_packaged_weights_pack_once_and_follow_in_place_changes(tmp_p
     assert wrapper.count("PackedLinear linear") == 2  # not the 256 x 8 one: too small
     weights = {k: v.clone() for k, v in model.state_dict().items()}
     loaded = aot.aot_load(path, weights=weights)
+    xs = [torch.randn(64, 512) for _ in range(4)]
+    with torch.no_grad():
+        wants = [model(x) for x in xs]
+    outs = [None] * 4
+
+    def first_call(k):  # four threads race to pack the weights on their first calls
+        outs[k] = loaded(xs[k])
+
+    threads = [threading.Thread(target=first_call, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for got, want in zip(outs, wants):
+        _close(got, want, torch.float32)
     with torch.no_grad():
         # at batch 1 both products stay under oneDNN's threshold (ATen's addmm), at 2 the
         # first runs packed, at 64 both
