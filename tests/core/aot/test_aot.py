@@ -662,6 +662,22 @@ def test_cpp_example_runs_without_python_and_matches_aot_load(cpp_example):
         _close(got, make_package.model()(x), torch.float32)
 
 
+def test_cpp_example_runs_linears_on_packed_weights(cpp_example, tmp_path):
+    d, exe = cpp_example
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 256)).eval()
+    path = _compile(model, torch.randn(4, 512), tmp_path, "linears")
+    x = torch.randn(64, 512)
+    torch.save(x, tmp_path / "x.pt")
+    out = subprocess.run([exe, path, str(tmp_path / "x.pt"), str(tmp_path / "y.pt")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = torch.load(tmp_path / "y.pt")
+    torch.testing.assert_close(got, aot.aot_load(path)(x), atol=0, rtol=0)
+    with torch.no_grad():
+        _close(got, model(x), torch.float32)
+
+
 def test_cpp_loader_reports_bad_inputs_and_damaged_packages(cpp_example, damaged, tmp_path):
     d, exe = cpp_example
     torch.save(torch.randn(65, 3, 32, 32), tmp_path / "big.pt")
