@@ -662,6 +662,29 @@ def test_cpp_example_runs_without_python_and_matches_aot_load(cpp_example):
         _close(got, make_package.model()(x), torch.float32)
 
 
+def test_a_dropped_model_frees_its_packed_weights(tmp_path):
+    import gc
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 256)).eval()
+    path = _compile(model, torch.randn(4, 512), tmp_path, "drop",
+                    options={"package_weights": False})
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    storage = weights["0.weight"].untyped_storage()
+
+    def users():
+        return torch._C._storage_Use_Count(storage._cdata)
+
+    alone = users()
+    loaded = aot.aot_load(path, weights=weights)
+    loaded(torch.randn(64, 512))  # packs both weights, holding the tensors it packed
+    assert users() > alone
+    del loaded
+    gc.collect()
+    # the library stays mapped (ctypes never unmaps one), but what it held went with the model
+    assert users() == alone
+
+
 def test_cpp_example_runs_linears_on_packed_weights(cpp_example, tmp_path):
     d, exe = cpp_example
     torch.manual_seed(0)

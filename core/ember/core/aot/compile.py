@@ -111,7 +111,7 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
         write_back = {o: position[name] for o, name in exported.write_back.items()}
         wrapper_tu = cpp_wrapper.CppWrapper(package.ENTRY, buffers, len(placeholders),
                                             list(g.constants), inputs, exported.ranges,
-                                            write_back).render(plan)
+                                            write_back, package.RELEASE).render(plan)
     except Unsupported as e:
         raise AOTCompileError(f"cannot package the graph: {e}") from e
     if output_log.isEnabledFor(logging.INFO):

@@ -147,6 +147,10 @@ class AOTModel:
         self._scratch = threading.local()
 
     def __del__(self):
+        release = getattr(getattr(self, "_lib", None), package.RELEASE, None)
+        if release is not None:  # ctypes never unmaps a library: its caches are emptied
+            release.restype = None
+            release()
         handles = getattr(self, "_weight_handles", None)
         if handles:
             self._steal(handles)  # frees the handles (the tensors stay with the model)

@@ -23,6 +23,7 @@ import torch
 
 FORMAT = 2  # 2: weights may be stored channels-last
 ENTRY = "ember_aot_run"  # the library's C entry (codegen/cpp_wrapper.py renders it)
+RELEASE = "ember_aot_release"  # the C entry a loader calls as its model goes
 ALIGN = 64
 MANIFEST, METADATA, LIBRARY, WEIGHTS = "manifest.txt", "metadata.json", "model.so", "weights.bin"
 DTYPES = {

@@ -125,8 +125,10 @@ class CppWrapper:
     """Spells a plan as a C++ translation unit calling the kernels of ``kernel_specs``."""
 
     def __init__(self, entry: str, buffers: dict, n_args: int, constants: list[str],
-                 inputs: list[InputSpec], ranges: dict, write_back: dict | None = None):
+                 inputs: list[InputSpec], ranges: dict, write_back: dict | None = None,
+                 release: str = "ember_aot_release"):
         self.entry = entry  # the C entry's symbol
+        self.release = release  # the C entry emptying the caches kept between calls
         self.buffers = buffers
         self.n_args = n_args  # placeholders; the constants follow them in ``args``
         self.constants = constants
@@ -251,6 +253,9 @@ extern "C" __attribute__((visibility("default")))
 int {self.entry}(void* const* args, void** outputs, char* err, int64_t err_len) {{
   return ember_aot::run_graph(ember_graph, args, outputs, err, err_len);
 }}
+
+extern "C" __attribute__((visibility("default")))
+void {self.release}() {{ ember_aot::release_caches(); }}
 """
 
     def _input_checks(self) -> list[str]:

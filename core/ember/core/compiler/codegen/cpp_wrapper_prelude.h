@@ -121,6 +121,11 @@ class PackedLinear {
   void* impl_;
 };
 
+// Empties what the package keeps between calls (idle arenas, packed weights): its loader
+// calls it through ``ember_aot_release`` when the model goes, since the library may stay
+// mapped.
+void release_caches();
+
 // Raises the JIT wrapper's IndexError (status kIndexError) when ``flag`` holds true.
 void check_index(const Tensor& flag, const char* message);
 

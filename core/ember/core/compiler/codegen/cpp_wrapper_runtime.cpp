@@ -136,10 +136,44 @@ struct Pool {
   std::vector<at::Tensor> free;  // arenas no call holds
 };
 Pool& pool_of(ArenaPool& p) { return *static_cast<Pool*>(p.impl()); }
+
+struct Packed {
+  std::mutex lock;
+  at::Tensor source;  // the weight packed (held, so its address cannot be reused)
+  int64_t version = -1;
+  at::Tensor packed;
+};
+
+// What this package keeps between calls (each package links its own copy of this runtime),
+// emptied by release_caches. Never destroyed: the statics it lists may outlive it at exit.
+struct Caches {
+  std::mutex lock;
+  std::vector<Pool*> pools;
+  std::vector<Packed*> packed;
+};
+Caches& caches() {
+  static Caches* all = new Caches();
+  return *all;
+}
+
+template <typename T>
+T* enlist(std::vector<T*> Caches::*list, T* item) {
+  std::lock_guard<std::mutex> held(caches().lock);
+  (caches().*list).push_back(item);
+  return item;
+}
+
+template <typename T>
+void delist(std::vector<T*> Caches::*list, T* item) {
+  std::lock_guard<std::mutex> held(caches().lock);
+  auto& v = caches().*list;
+  v.erase(std::remove(v.begin(), v.end(), item), v.end());
+  delete item;
+}
 }  // namespace
 
-ArenaPool::ArenaPool() : impl_(new Pool()) {}
-ArenaPool::~ArenaPool() { delete static_cast<Pool*>(impl_); }
+ArenaPool::ArenaPool() : impl_(enlist(&Caches::pools, new Pool())) {}
+ArenaPool::~ArenaPool() { delist(&Caches::pools, static_cast<Pool*>(impl_)); }
 
 Lease::Lease(ArenaPool& pool, int64_t nbytes) : pool_(pool) {
   Pool& p = pool_of(pool_);
@@ -180,13 +214,6 @@ namespace {
 // weights of at least PACKED_MIN_WEIGHT elements (cpp_wrapper.py).
 constexpr int64_t kPackedMinMacs = int64_t{1} << 20;  // M * K * N
 
-struct Packed {
-  std::mutex lock;
-  at::Tensor source;  // the weight packed (held, so its address cannot be reused)
-  int64_t version = -1;
-  at::Tensor packed;
-};
-
 const c10::OperatorHandle* find_op(const char* name) {
   auto found = c10::Dispatcher::singleton().findSchema({name, ""});
   return found ? new c10::OperatorHandle(*found) : nullptr;
@@ -204,8 +231,22 @@ int64_t version_of(const at::Tensor& t) {
 
 }  // namespace
 
-PackedLinear::PackedLinear() : impl_(new Packed()) {}
-PackedLinear::~PackedLinear() { delete static_cast<Packed*>(impl_); }
+PackedLinear::PackedLinear() : impl_(enlist(&Caches::packed, new Packed())) {}
+PackedLinear::~PackedLinear() { delist(&Caches::packed, static_cast<Packed*>(impl_)); }
+
+void release_caches() {
+  std::lock_guard<std::mutex> held(caches().lock);
+  for (Pool* p : caches().pools) {
+    std::lock_guard<std::mutex> pool_held(p->lock);
+    p->free.clear();
+  }
+  for (Packed* p : caches().packed) {
+    std::lock_guard<std::mutex> pack_held(p->lock);
+    p->source = at::Tensor();
+    p->packed = at::Tensor();
+    p->version = -1;
+  }
+}
 
 Tensor PackedLinear::run(const Tensor& x_, const Tensor& w_, const Tensor& bias_) {
   static const c10::OperatorHandle* reorder = find_op("mkldnn::_reorder_linear_weight");

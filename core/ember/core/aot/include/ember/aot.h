@@ -309,7 +309,10 @@ class Model {
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
   ~Model() {
-    if (lib_ != nullptr) dlclose(lib_);
+    if (lib_ == nullptr) return;
+    // the library may stay mapped after dlclose: its caches (arenas, packed weights) go first
+    if (auto release = reinterpret_cast<void (*)()>(dlsym(lib_, "ember_aot_release"))) release();
+    dlclose(lib_);
   }
 
   // The model's outputs for ``inputs`` (its tensor inputs in the order it was exported with).
