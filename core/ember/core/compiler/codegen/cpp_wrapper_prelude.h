@@ -75,7 +75,8 @@ Tensor view(const Tensor& t, Ints size, Ints stride, int64_t offset);
 Tensor empty(Ints size, Ints stride, Dtype dtype);
 // A graph's arenas (codegen/arena.py): byte allocations that its internal buffers of static
 // size are carved from, kept between calls. The wrapper keeps one pool per graph (a
-// function-local static); the arenas go when the package is unloaded.
+// function-local static); its idle arenas go when the loader releases the model
+// (release_caches) or the library is unloaded.
 class ArenaPool {
  public:
   ArenaPool();
