@@ -20,6 +20,7 @@ from torch.nn import functional as F
 from ember.core import __version__ as ember_version
 from ember.core import aot
 from ember.core.aot import package
+from ember.core.compiler.runtime import isa
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -660,6 +661,25 @@ def test_cpp_example_runs_without_python_and_matches_aot_load(cpp_example):
         sys.path.pop(0)
     with torch.no_grad():
         _close(got, make_package.model()(x), torch.float32)
+
+
+@pytest.mark.parametrize("level", ["x86-64-v4", "x86-64-v3"])
+def test_bfloat16_linears_pack_only_for_avx512_levels(level, tmp_path):
+    if isa.cannot_run(isa.LEVELS[level].needs):
+        pytest.skip(f"this CPU cannot run {level}")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 256)).eval()
+    model = model.to(torch.bfloat16)
+    path = _compile(model, torch.randn(4, 512, dtype=torch.bfloat16), tmp_path, "bf16",
+                    options={"cpu_isa": level})
+    with zipfile.ZipFile(path) as z:
+        wrapper = z.read("source/wrapper.cpp").decode()
+    assert wrapper.count("PackedLinear linear") == (2 if level == "x86-64-v4" else 0)
+    loaded = aot.aot_load(path)
+    with torch.no_grad():
+        for n in (1, 64):
+            x = torch.randn(n, 512, dtype=torch.bfloat16)
+            _close(loaded(x), model(x), torch.bfloat16)
 
 
 def test_a_dropped_model_frees_its_packed_weights(tmp_path):

@@ -43,6 +43,14 @@ def _level(options: dict) -> str:
     return isa.portable_level() if level == "native" else level
 
 
+def _packed_dtypes(level: str) -> frozenset:
+    """The weight dtypes whose linears the package runs on oneDNN's packed weights: bfloat16
+    too where the package's level has AVX-512 (``avx512bw/vl/dq``: oneDNN's bfloat16, which
+    ATen's bfloat16 matmul calls on such CPUs as well)."""
+    avx512 = level in isa.LEVELS and {"avx512bw", "avx512vl", "avx512dq"} <= isa.LEVELS[level].needs
+    return frozenset({torch.float32, torch.bfloat16} if avx512 else {torch.float32})
+
+
 def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | None = None,
                 options: dict | None = None) -> str:
     """Compile ``model`` (an nn.Module, exported with ``torch.export.export``, or an
@@ -111,7 +119,8 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
         write_back = {o: position[name] for o, name in exported.write_back.items()}
         wrapper_tu = cpp_wrapper.CppWrapper(package.ENTRY, buffers, len(placeholders),
                                             list(g.constants), inputs, exported.ranges,
-                                            write_back, package.RELEASE).render(plan)
+                                            write_back, package.RELEASE,
+                                            _packed_dtypes(level)).render(plan)
     except Unsupported as e:
         raise AOTCompileError(f"cannot package the graph: {e}") from e
     if output_log.isEnabledFor(logging.INFO):

@@ -126,9 +126,11 @@ class CppWrapper:
 
     def __init__(self, entry: str, buffers: dict, n_args: int, constants: list[str],
                  inputs: list[InputSpec], ranges: dict, write_back: dict | None = None,
-                 release: str = "ember_aot_release"):
+                 release: str = "ember_aot_release",
+                 packed_dtypes: frozenset = frozenset({torch.float32})):
         self.entry = entry  # the C entry's symbol
         self.release = release  # the C entry emptying the caches kept between calls
+        self.packed_dtypes = packed_dtypes  # weights of these dtypes are packed for oneDNN
         self.buffers = buffers
         self.n_args = n_args  # placeholders; the constants follow them in ``args``
         self.constants = constants
@@ -352,13 +354,13 @@ void {self.release}() {{ ember_aot::release_caches(); }}
         return self.ops[key]
 
     def _packaged_weight(self, w) -> bool:
-        """``w`` is a float32 [N, K] weight the package holds, read whole in its own layout,
-        large enough to pack."""
+        """``w`` is an [N, K] weight the package holds, of a dtype it packs, read whole in its
+        own layout, large enough to pack."""
         user = {f"arg{spec.pos}" for spec in self.inputs}
         name = w.buf.name if isinstance(w, StridedView) else None
         packaged = name is not None and name not in user and (
             name in self.constants or name.startswith("arg"))
-        return packaged and w.dtype == torch.float32 and len(w.size) == 2 and w.is_natural() \
+        return packaged and w.dtype in self.packed_dtypes and len(w.size) == 2 and w.is_natural() \
             and w.is_contiguous() and all(sympy.sympify(d).is_Integer for d in w.size) \
             and int(w.size[0]) * int(w.size[1]) >= PACKED_MIN_WEIGHT
 
@@ -381,10 +383,10 @@ void {self.release}() {{ ember_aot::release_caches(); }}
         else:
             return None
         if not self._packaged_weight(w) or not isinstance(x, StridedView) or \
-                x.dtype != torch.float32:
+                x.dtype != w.dtype:
             return None
         if bias is not None and not (isinstance(bias, StridedView) and bias.is_natural() and
-                                     bias.dtype == torch.float32 and
+                                     bias.dtype == w.dtype and
                                      list(bias.size) == [w.size[0]]):
             return None
         return x, w, bias
