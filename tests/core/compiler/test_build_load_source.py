@@ -74,8 +74,9 @@ def test_runtime_builds_in_the_background_and_a_dropped_build_is_stopped(tmp_pat
 
     monkeypatch.setenv(cache.ENV, str(tmp_path / "cache"))
     bad = build.start_runtime("bad.cpp", "this is not C++;\n", {})
-    with pytest.raises(build.BuildError, match="packages' runtime"):
-        bad.path()
+    for _ in range(2):  # asked again, the same failure (not a path to a missing object)
+        with pytest.raises(build.BuildError, match="packages' runtime"):
+            bad.path()
     assert not os.path.exists(bad.tmp.name)
 
     slow = build.start_runtime("slow.cpp", "#include <ATen/core/Tensor.h>\n", {})

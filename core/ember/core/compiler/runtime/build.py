@@ -265,6 +265,7 @@ class RuntimeBuild:
     def __init__(self, target: Path, proc: subprocess.Popen | None = None,
                  tmp: tempfile.TemporaryDirectory | None = None):
         self.target, self.proc, self.tmp = target, proc, tmp
+        self.error: BuildError | None = None
         self._stop = weakref.finalize(self, _stop_build, proc, tmp) if proc else None
 
     def path(self) -> str:
@@ -276,11 +277,14 @@ class RuntimeBuild:
                 _, err = proc.communicate()
                 builds += 1
                 if proc.returncode != 0:
-                    raise BuildError(f"{compiler()[0]} failed on the packages' runtime:\n"
-                                     f"{err[-4000:]}")
-                _install(os.path.join(self.tmp.name, "runtime.o"), self.target)
+                    self.error = BuildError(f"{compiler()[0]} failed on the packages' "
+                                            f"runtime:\n{err[-4000:]}")
+                else:
+                    _install(os.path.join(self.tmp.name, "runtime.o"), self.target)
             finally:
                 self.tmp.cleanup()
+        if self.error is not None:
+            raise self.error
         return str(self.target)
 
 
