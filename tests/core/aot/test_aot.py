@@ -359,7 +359,7 @@ def test_linears_on_packaged_weights_pack_once_and_follow_in_place_changes(tmp_p
                     options={"package_weights": False})
     with zipfile.ZipFile(path) as z:
         wrapper = z.read("source/wrapper.cpp").decode()
-    assert wrapper.count("PackedLinear linear") == 2  # not the 256 x 8 one: too small
+    assert wrapper.count("PackedLinear packed") == 2  # not the 256 x 8 one: too small
     weights = {k: v.clone() for k, v in model.state_dict().items()}
     loaded = aot.aot_load(path, weights=weights)
     xs = [torch.randn(64, 512) for _ in range(4)]
@@ -663,6 +663,32 @@ def test_cpp_example_runs_without_python_and_matches_aot_load(cpp_example):
         _close(got, make_package.model()(x), torch.float32)
 
 
+@pytest.mark.parametrize("on", [True, False], ids=["channels_last", "plain"])
+def test_convolutions_on_packaged_weights_pack_once_for_any_batch(on, tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(64, 128, 3, stride=2, padding=1), nn.ReLU(),
+                          nn.Conv2d(128, 128, 1, groups=2)).eval()
+    path = _compile(model, torch.randn(2, 3, 16, 16), tmp_path, f"conv{on}",
+                    options={"package_weights": False, "channels_last": on})
+    with zipfile.ZipFile(path) as z:
+        wrapper = z.read("source/wrapper.cpp").decode()
+    # not the first (1,728 elements): small weights stay ATen's convolution
+    assert wrapper.count("PackedConv packed") == 1 and "aten::convolution" in wrapper
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    loaded = aot.aot_load(path, weights=weights)
+    with torch.no_grad():
+        for n in (3, 1, 5):  # packed for the first call's batch, then run at others
+            x = torch.randn(n, 3, 16, 16)
+            _close(loaded(x), model(x), torch.float32)
+        if on:
+            return  # the package holds an NHWC copy of each weight, made at load
+        weights["2.weight"].mul_(-0.5)  # packed again at the next call
+        model[2].weight.mul_(-0.5)
+        x = torch.randn(2, 3, 16, 16)
+        _close(loaded(x), model(x), torch.float32)
+
+
 @pytest.mark.parametrize("level", ["x86-64-v4", "x86-64-v3"])
 def test_bfloat16_linears_pack_only_for_avx512_levels(level, tmp_path):
     if isa.cannot_run(isa.LEVELS[level].needs):
@@ -674,7 +700,7 @@ def test_bfloat16_linears_pack_only_for_avx512_levels(level, tmp_path):
                     options={"cpu_isa": level})
     with zipfile.ZipFile(path) as z:
         wrapper = z.read("source/wrapper.cpp").decode()
-    assert wrapper.count("PackedLinear linear") == (2 if level == "x86-64-v4" else 0)
+    assert wrapper.count("PackedLinear packed") == (2 if level == "x86-64-v4" else 0)
     loaded = aot.aot_load(path)
     with torch.no_grad():
         for n in (1, 64):

@@ -74,6 +74,10 @@ def _enum(a) -> str | None:
 # ``ember_aot::PackedLinear``; oneDNN's fixed cost per call outweighs what packing saves on
 # smaller ones ([M, 256] @ [256, 256] stays behind ATen's sgemm up to M = 64 here).
 PACKED_MIN_WEIGHT = 1 << 17
+# A 2-D convolution's: oneDNN reorders its weight on every call otherwise. On resnet18's
+# shapes from 2^16 elements up a packed call took 0.56-1.01x the time at batch 1 and 8
+# ([512, 512, 3, 3] at 7x7: 0.56x / 0.72x); smaller weights came out within 5% either way.
+PACKED_MIN_CONV_WEIGHT = 1 << 16
 
 # operator namespaces whose kernels libtorch registers in C++ (others need Python)
 NATIVE_NAMESPACES = ("aten", "mkldnn")
@@ -151,6 +155,9 @@ class CppWrapper:
             return a.buf.name
         return (f"ember_aot::view({a.buf.name}, {_ints(a.size)}, {_ints(a.stride)}, "
                 f"{cpp_index(a.offset)})")
+
+    def _optional_tensor(self, a) -> str:
+        return "ember_aot::Tensor()" if a is None else self._tensor(a)
 
     def _push(self, a, typ) -> str:
         """``a`` as one ``ember_aot::Call`` push, spelled for the schema type ``typ``."""
@@ -353,16 +360,21 @@ void {self.release}() {{ ember_aot::release_caches(); }}
             self.ops[key] = f"op{len(self.ops)}"
         return self.ops[key]
 
-    def _packaged_weight(self, w) -> bool:
-        """``w`` is an [N, K] weight the package holds, of a dtype it packs, read whole in its
-        own layout, large enough to pack."""
+    def _packaged_weight(self, w, rank: int, min_elements: int) -> bool:
+        """``w`` is a weight of ``rank`` dimensions the package holds, of a dtype it packs,
+        read whole in its own layout, with at least ``min_elements`` elements."""
         user = {f"arg{spec.pos}" for spec in self.inputs}
         name = w.buf.name if isinstance(w, StridedView) else None
         packaged = name is not None and name not in user and (
             name in self.constants or name.startswith("arg"))
-        return packaged and w.dtype in self.packed_dtypes and len(w.size) == 2 and w.is_natural() \
-            and w.is_contiguous() and all(sympy.sympify(d).is_Integer for d in w.size) \
-            and int(w.size[0]) * int(w.size[1]) >= PACKED_MIN_WEIGHT
+        return packaged and w.dtype in self.packed_dtypes and len(w.size) == rank and \
+            w.is_natural() and all(sympy.sympify(d).is_Integer for d in w.size) and \
+            math.prod(int(d) for d in w.size) >= min_elements
+
+    def _bias(self, bias, w) -> bool:
+        """``bias`` is None or a whole 1-D tensor of ``w``'s dtype, one value per output."""
+        return bias is None or (isinstance(bias, StridedView) and bias.is_natural() and
+                                bias.dtype == w.dtype and list(bias.size) == [w.size[0]])
 
     def _linear_operands(self, step):
         """(x, [N, K] weight, bias or None) of a linear on a packaged weight (``addmm`` /
@@ -382,30 +394,54 @@ void {self.release}() {{ ember_aot::release_caches(); }}
             w = StridedView(wt.buf, wt.size[::-1], wt.stride[::-1], wt.offset)
         else:
             return None
-        if not self._packaged_weight(w) or not isinstance(x, StridedView) or \
-                x.dtype != w.dtype:
-            return None
-        if bias is not None and not (isinstance(bias, StridedView) and bias.is_natural() and
-                                     bias.dtype == w.dtype and
-                                     list(bias.size) == [w.size[0]]):
+        if not self._packaged_weight(w, 2, PACKED_MIN_WEIGHT) or not w.is_contiguous() or \
+                not isinstance(x, StridedView) or x.dtype != w.dtype or not self._bias(bias, w):
             return None
         return x, w, bias
+
+    def _conv_operands(self, step):
+        """(x, weight, bias or None, stride, padding, dilation, groups) of a 2-D convolution
+        on a packaged weight, else None."""
+        if step.op is not torch.ops.aten.convolution.default or step.kwargs or \
+                step.out_tree != "single" or len(step.args) != 9:
+            return None
+        x, w, bias, stride, padding, dilation, transposed, _, groups = step.args
+        ints = (stride, padding, dilation)
+        if transposed or not isinstance(groups, int) or \
+                not all(len(v) == 2 and all(isinstance(i, int) for i in v) for v in ints):
+            return None
+        if not self._packaged_weight(w, 4, PACKED_MIN_CONV_WEIGHT) or \
+                not isinstance(x, StridedView) or x.dtype != w.dtype or not self._bias(bias, w):
+            return None
+        return x, w, bias, stride, padding, dilation, groups
+
+    def _packed_call(self, step, kind: str, call: str) -> None:
+        """``step``'s one output from ``call`` on a per-call-site ``ember_aot::<kind>``."""
+        self.tmp += 1
+        (b,) = step.outs
+        self.lines += [
+            f"static ember_aot::{kind} packed{self.tmp};",
+            f"ember_aot::Tensor {b.name} = ember_aot::fix(packed{self.tmp}.run({call}), "
+            f"{_ints(b.size)}, {_ints(b.stride)}, {scalar_type(b.dtype)});  "
+            f"// {step.op}, packed weight"]
 
     def _CallExtern(self, s: CallExtern):
         if s.out:
             raise Unsupported("the C++ wrapper calls externs boxed: plan it without extern_out")
         step = s.step
-        linear = self._linear_operands(step)
-        if linear is not None:  # the weight packed once for oneDNN, kept between calls
+        # a weight packed once for oneDNN, kept between calls
+        linear, conv = self._linear_operands(step), self._conv_operands(step)
+        if linear is not None:
             x, w, bias = linear
-            self.tmp += 1
-            (b,) = step.outs
-            bias_arg = "ember_aot::Tensor()" if bias is None else self._tensor(bias)
-            self.lines += [
-                f"static ember_aot::PackedLinear linear{self.tmp};",
-                f"ember_aot::Tensor {b.name} = ember_aot::fix(linear{self.tmp}.run("
-                f"{self._tensor(x)}, {self._tensor(w)}, {bias_arg}), {_ints(b.size)}, "
-                f"{_ints(b.stride)}, {scalar_type(b.dtype)});  // {step.op}, packed weight"]
+            self._packed_call(step, "PackedLinear", f"{self._tensor(x)}, {self._tensor(w)}, "
+                                                    f"{self._optional_tensor(bias)}")
+            return
+        if conv is not None:
+            x, w, bias, stride, padding, dilation, groups = conv
+            self._packed_call(step, "PackedConv", f"{self._tensor(x)}, {self._tensor(w)}, "
+                                                  f"{self._optional_tensor(bias)}, "
+                                                  f"{_ints(stride)}, {_ints(padding)}, "
+                                                  f"{_ints(dilation)}, {groups}")
             return
         handle = self._op_handle(step.op)
         schema = step.op._schema

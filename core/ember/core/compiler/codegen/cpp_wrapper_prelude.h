@@ -122,6 +122,22 @@ class PackedLinear {
   void* impl_;
 };
 
+// A 2-D convolution's call site on a packaged weight: oneDNN's convolution on the weight
+// reordered into its blocked layout once (for the first call's input sizes; other sizes
+// reorder it again inside oneDNN), and again only if the weight changes in place.
+class PackedConv {
+ public:
+  PackedConv();
+  ~PackedConv();
+  PackedConv(const PackedConv&) = delete;
+  PackedConv& operator=(const PackedConv&) = delete;
+  Tensor run(const Tensor& x, const Tensor& w, const Tensor& bias, Ints stride, Ints padding,
+             Ints dilation, int64_t groups);
+
+ private:
+  void* impl_;
+};
+
 // Empties what the package keeps between calls (idle arenas, packed weights): its loader
 // calls it through ``ember_aot_release`` when the model goes, since the library may stay
 // mapped.

@@ -229,7 +229,47 @@ int64_t version_of(const at::Tensor& t) {
   return t.is_inference() ? 0 : static_cast<int64_t>(t._version());
 }
 
+// ``w`` packed by ``pack``: the copy kept in ``slot``, made again when the weight is another
+// tensor or has changed in place since.
+template <typename Pack>
+at::Tensor packed_weight(void* slot, const at::Tensor& w, Pack pack) {
+  Packed& p = *static_cast<Packed*>(slot);
+  std::lock_guard<std::mutex> held(p.lock);
+  const int64_t version = version_of(w);
+  if (!p.packed.defined() || !p.source.is_same(w) || p.version != version) {
+    p.packed = pack();
+    p.source = w;
+    p.version = version;
+  }
+  return p.packed;
+}
+
 }  // namespace
+
+PackedConv::PackedConv() : impl_(enlist(&Caches::packed, new Packed())) {}
+PackedConv::~PackedConv() { delist(&Caches::packed, static_cast<Packed*>(impl_)); }
+
+Tensor PackedConv::run(const Tensor& x_, const Tensor& w_, const Tensor& bias_, Ints stride,
+                       Ints padding, Ints dilation, int64_t groups) {
+  static const c10::OperatorHandle* reorder = find_op("mkldnn::_reorder_convolution_weight");
+  static const c10::OperatorHandle* conv = find_op("mkldnn::_convolution_pointwise");
+  static const c10::OperatorHandle convolution =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
+  const at::Tensor x = aten(x_), w = aten(w_), bias = aten(bias_);
+  const c10::IValue b = bias.defined() ? c10::IValue(bias) : c10::IValue();
+  auto ints = [](Ints v) { return c10::List<int64_t>(c10::ArrayRef<int64_t>(v.begin(), v.size())); };
+  if (reorder == nullptr || conv == nullptr) {
+    return handle(call_op(convolution, {x, w, b, ints(stride), ints(padding), ints(dilation),
+                                        false, c10::List<int64_t>({0, 0}), groups}));
+  }
+  const at::Tensor packed = packed_weight(impl_, w, [&] {
+    return call_op(*reorder, {w, ints(padding), ints(stride), ints(dilation), groups,
+                              c10::List<int64_t>(x.sizes())});
+  });
+  return handle(call_op(*conv, {x, packed, b, ints(padding), ints(stride), ints(dilation),
+                                groups, std::string("none"),
+                                c10::List<std::optional<c10::Scalar>>(), std::string("")}));
+}
 
 PackedLinear::PackedLinear() : impl_(enlist(&Caches::packed, new Packed())) {}
 PackedLinear::~PackedLinear() { delist(&Caches::packed, static_cast<Packed*>(impl_)); }
@@ -264,18 +304,8 @@ Tensor PackedLinear::run(const Tensor& x_, const Tensor& w_, const Tensor& bias_
     if (bias.defined()) return handle(call_op(addmm, {bias, x, w.t(), 1, 1}));
     return handle(call_op(mm, {x, w.t()}));
   }
-  at::Tensor packed;
-  {
-    Packed& p = *static_cast<Packed*>(impl_);
-    std::lock_guard<std::mutex> held(p.lock);
-    const int64_t version = version_of(w);
-    if (!p.packed.defined() || !p.source.is_same(w) || p.version != version) {
-      p.packed = call_op(*reorder, {w, c10::IValue()});
-      p.source = w;
-      p.version = version;
-    }
-    packed = p.packed;
-  }
+  const at::Tensor packed =
+      packed_weight(impl_, w, [&] { return call_op(*reorder, {w, c10::IValue()}); });
   return handle(call_op(*linear, {x, packed, bias.defined() ? c10::IValue(bias) : c10::IValue(),
                                   std::string("none"), c10::List<std::optional<c10::Scalar>>(),
                                   std::string("")}));
