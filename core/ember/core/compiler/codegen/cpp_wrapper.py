@@ -72,7 +72,7 @@ def _enum(a) -> str | None:
 
 # A linear on a packaged weight of at least this many elements (K * N) runs through
 # ``ember_aot::PackedLinear``; oneDNN's fixed cost per call outweighs what packing saves on
-# smaller ones ([M, 256] @ [256, 256] stays behind ATen's sgemm up to M = 64 here).
+# smaller ones ([M, 256] @ [256, 256] measured behind ATen's sgemm up to M = 64).
 PACKED_MIN_WEIGHT = 1 << 17
 # A 2-D convolution's: oneDNN reorders its weight on every call otherwise. On resnet18's
 # shapes from 2^16 elements up a packed call took 0.56-1.01x the time at batch 1 and 8

@@ -208,10 +208,10 @@ Tensor Lease::slot(int64_t offset, Ints size, Ints stride, Dtype dtype) const {
 
 namespace {
 
-// oneDNN's linear costs ~15 us a call before any arithmetic (2-core EPYC, torch 2.13): below
-// this many multiply-adds ATen's sgemm is faster even on a packed weight ([1, 256] @
-// [256, 768]: 20.8 us vs 22.6; [8, 1024] @ [1024, 1024]: 336 vs 99). The wrapper packs only
-// weights of at least PACKED_MIN_WEIGHT elements (cpp_wrapper.py).
+// oneDNN's linear costs ~15 us a call before any arithmetic: below this many multiply-adds
+// ATen's sgemm was faster even on a packed weight ([1, 256] @ [256, 768]: 20.8 us vs 22.6;
+// [8, 1024] @ [1024, 1024]: 336 vs 99). The wrapper packs only weights of at least
+// PACKED_MIN_WEIGHT elements (cpp_wrapper.py).
 constexpr int64_t kPackedMinMacs = int64_t{1} << 20;  // M * K * N
 
 const c10::OperatorHandle* find_op(const char* name) {
@@ -274,20 +274,6 @@ Tensor PackedConv::run(const Tensor& x_, const Tensor& w_, const Tensor& bias_, 
 PackedLinear::PackedLinear() : impl_(enlist(&Caches::packed, new Packed())) {}
 PackedLinear::~PackedLinear() { delist(&Caches::packed, static_cast<Packed*>(impl_)); }
 
-void release_caches() {
-  std::lock_guard<std::mutex> held(caches().lock);
-  for (Pool* p : caches().pools) {
-    std::lock_guard<std::mutex> pool_held(p->lock);
-    p->free.clear();
-  }
-  for (Packed* p : caches().packed) {
-    std::lock_guard<std::mutex> pack_held(p->lock);
-    p->source = at::Tensor();
-    p->packed = at::Tensor();
-    p->version = -1;
-  }
-}
-
 Tensor PackedLinear::run(const Tensor& x_, const Tensor& w_, const Tensor& bias_) {
   static const c10::OperatorHandle* reorder = find_op("mkldnn::_reorder_linear_weight");
   static const c10::OperatorHandle* linear = find_op("mkldnn::_linear_pointwise");
@@ -309,6 +295,20 @@ Tensor PackedLinear::run(const Tensor& x_, const Tensor& w_, const Tensor& bias_
   return handle(call_op(*linear, {x, packed, bias.defined() ? c10::IValue(bias) : c10::IValue(),
                                   std::string("none"), c10::List<std::optional<c10::Scalar>>(),
                                   std::string("")}));
+}
+
+void release_caches() {
+  std::lock_guard<std::mutex> held(caches().lock);
+  for (Pool* p : caches().pools) {
+    std::lock_guard<std::mutex> pool_held(p->lock);
+    p->free.clear();
+  }
+  for (Packed* p : caches().packed) {
+    std::lock_guard<std::mutex> pack_held(p->lock);
+    p->source = at::Tensor();
+    p->packed = at::Tensor();
+    p->version = -1;
+  }
 }
 
 void check_index(const Tensor& flag, const char* message) {
