@@ -42,6 +42,24 @@ def test_jit_rule_keeps_convolutions_with_costly_weight_copies_nchw():
     torch.testing.assert_close(gm(*args), _body(*args), atol=1e-4, rtol=1e-4)
 
 
+def _pointwise_body(x, w_a, w_b, w_c):
+    y = F.conv2d(x, w_a).relu()  # 1x1: 128 -> 512 at 8x8, weight 4x its input
+    y = F.avg_pool2d(y, 4)  # 2x2
+    y = F.conv2d(y, w_b).relu()  # 1x1: 512 -> 2048 at 2x2, weight 256x its input
+    return F.conv2d(y, w_c)  # 1x1: 2048 -> 8, weight 4x its input
+
+
+def test_jit_rule_keeps_1x1_convolutions_whose_weight_dwarfs_their_input_nchw():
+    g = torch.Generator().manual_seed(0)
+    args = (torch.randn(2, 128, 8, 8, generator=g), torch.randn(512, 128, 1, 1, generator=g),
+            torch.randn(2048, 512, 1, 1, generator=g), torch.randn(8, 2048, 1, 1, generator=g))
+    gm = make_fx(_pointwise_body, tracing_mode="fake")(*args)
+    channels_last.apply(gm, set(), jit=True)
+    # a 1x1 weight needs no copy to be NHWC, yet oneDNN's NHWC call is the slower one there
+    assert [_nhwc(v) for v in _conv_inputs(gm)] == [True, False, True]
+    torch.testing.assert_close(gm(*args), _pointwise_body(*args), atol=1e-4, rtol=1e-4)
+
+
 def test_package_rule_puts_every_convolution_nhwc():
     gm = make_fx(_body, tracing_mode="fake")(*_args())
     channels_last.apply(gm, set())
