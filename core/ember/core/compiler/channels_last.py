@@ -93,22 +93,15 @@ def _narrow_pools(gm: GraphModule) -> list[Node]:
     return out
 
 
-def _weight_copy(w) -> int:
-    """Elements copied per call to give the weight ``w`` (a fake tensor) NHWC: none when its
-    memory is NHWC already (1x1 and depthwise kernels are both layouts at once)."""
-    return 0 if _is_nhwc(w) else w.numel()
-
-
 def prefers_nhwc(conv: Node) -> bool:
     """JIT rule: whether ``conv`` runs faster fed NHWC, its weight relaid out to NHWC on every
     call (by ATen for a parameter, by its own kernel for a weight computed in the graph)."""
     w, x = conv.args[1].meta["val"], conv.args[0]
     size = optimization_hint(x.meta["val"].numel(), fallback=0)  # no guard on a dynamic size
-    if _is_nhwc(w):
-        weight = optimization_hint(w.numel(), fallback=0)
-        return weight <= WEIGHT_PER_INPUT_UNCOPIED * size + WEIGHT_COPY_ALLOWANCE
-    cost = optimization_hint(_weight_copy(w), fallback=0)
-    return cost <= WEIGHT_COPY_PER_INPUT * size + WEIGHT_COPY_ALLOWANCE
+    weight = optimization_hint(w.numel(), fallback=0)
+    # an NHWC weight (1x1, depthwise) is not copied; any other is, every call
+    per_input = WEIGHT_PER_INPUT_UNCOPIED if _is_nhwc(w) else WEIGHT_COPY_PER_INPUT
+    return weight <= per_input * size + WEIGHT_COPY_ALLOWANCE
 
 
 class _Propagation(FakeTensorProp):

@@ -129,9 +129,8 @@ class CppWrapper:
     """Spells a plan as a C++ translation unit calling the kernels of ``kernel_specs``."""
 
     def __init__(self, entry: str, buffers: dict, n_args: int, constants: list[str],
-                 inputs: list[InputSpec], ranges: dict, write_back: dict | None = None,
-                 release: str = "ember_aot_release",
-                 packed_dtypes: frozenset = frozenset({torch.float32})):
+                 inputs: list[InputSpec], ranges: dict, write_back: dict | None,
+                 release: str, packed_dtypes: frozenset = frozenset({torch.float32})):
         self.entry = entry  # the C entry's symbol
         self.release = release  # the C entry emptying the caches kept between calls
         self.packed_dtypes = packed_dtypes  # weights of these dtypes are packed for oneDNN
@@ -139,6 +138,7 @@ class CppWrapper:
         self.n_args = n_args  # placeholders; the constants follow them in ``args``
         self.constants = constants
         self.inputs, self.ranges = inputs, ranges
+        self.user_args = {f"arg{spec.pos}" for spec in inputs}  # the caller's tensors
         # output position -> the argument it is copied into (not handed out)
         self.write_back = dict(write_back or {})
         self.lines: list[str] = []
@@ -363,9 +363,8 @@ void {self.release}() {{ ember_aot::release_caches(); }}
     def _packaged_weight(self, w, rank: int, min_elements: int) -> bool:
         """``w`` is a weight of ``rank`` dimensions the package holds, of a dtype it packs,
         read whole in its own layout, with at least ``min_elements`` elements."""
-        user = {f"arg{spec.pos}" for spec in self.inputs}
         name = w.buf.name if isinstance(w, StridedView) else None
-        packaged = name is not None and name not in user and (
+        packaged = name is not None and name not in self.user_args and (
             name in self.constants or name.startswith("arg"))
         return packaged and w.dtype in self.packed_dtypes and len(w.size) == rank and \
             w.is_natural() and all(sympy.sympify(d).is_Integer for d in w.size) and \
