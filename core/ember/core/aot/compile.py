@@ -64,9 +64,10 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
     options = check_options(options)
     level = _level(options)
     headers = {"cpp_wrapper_prelude.h": cpp_wrapper.prelude()}
-    runtime_name, runtime_text = "cpp_wrapper_runtime.cpp", cpp_wrapper.runtime()
+    runtime_sources, runtime_headers = cpp_wrapper.runtime()
     # the runtime's first build (seconds of ATen headers) runs beside export and lowering
-    runtime = build.start_runtime(runtime_name, runtime_text, headers)
+    runtime = [build.start_runtime(name, text, {**headers, **runtime_headers})
+               for name, text in runtime_sources.items()]
     exported = export(model, example_args, dynamic_shapes)
     gm = exported.gm
     nhwc = set()
@@ -141,7 +142,7 @@ def aot_compile(model, example_args: tuple, *, dynamic_shapes=None, path: str | 
         os.close(fd)
     package.write(path, meta, library, blob,
                   {"kernels.cpp": kernels_tu, "wrapper.cpp": wrapper_tu, **headers,
-                   runtime_name: runtime_text})
+                   **runtime_headers, **runtime_sources})
     log.info("package %s: %d kernels, %d externs, %d bytes of library", path,
              len(lowered.kernels), len(steps) - len(lowered.kernels), len(library))
     return path

@@ -14,7 +14,8 @@ buffers and inputs it updates in place are copied into their ``args`` instead. T
 is 0, or one of ``BadInput`` (1), ``Failed`` (2), ``IndexError`` (3) with a message in
 ``err``. The inputs the caller supplies are checked first (device, dtype, rank, static
 sizes, dynamic ranges). The wrapper sees only ``cpp_wrapper_prelude.h`` (no ATen header);
-every call into ATen goes through ``cpp_wrapper_runtime.cpp``, built once per machine."""
+every call into ATen goes through the runtime (``cpp_wrapper_runtime.cpp`` and
+``cpp_wrapper_dispatch.cpp``), built once per machine."""
 
 from __future__ import annotations
 
@@ -100,11 +101,15 @@ def prelude() -> str:
         "cpp_wrapper_prelude.h").read_text()
 
 
-def runtime() -> str:
-    """``cpp_wrapper_runtime.cpp`` (package data): the prelude's bodies, on ATen; built once
-    per machine and linked into every package."""
-    return resources.files("ember.core.compiler.codegen").joinpath(
-        "cpp_wrapper_runtime.cpp").read_text()
+RUNTIME_SOURCES = ("cpp_wrapper_runtime.cpp", "cpp_wrapper_dispatch.cpp")
+
+
+def runtime() -> tuple[dict[str, str], dict[str, str]]:
+    """The prelude's bodies on ATen (package data): ``(sources, headers)``, each source built
+    once per machine into its own object, in parallel, and linked into every package."""
+    files = resources.files("ember.core.compiler.codegen")
+    sources = {name: files.joinpath(name).read_text() for name in RUNTIME_SOURCES}
+    return sources, {"cpp_wrapper_runtime.h": files.joinpath("cpp_wrapper_runtime.h").read_text()}
 
 
 def scalar_type(dtype: torch.dtype) -> str:

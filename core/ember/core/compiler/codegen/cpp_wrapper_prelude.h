@@ -1,7 +1,8 @@
 // What every generated C++ wrapper (ahead-of-time packages) starts with: a tensor handle and
 // the calls a wrapper makes, declared without ATen's headers. Their bodies
-// (cpp_wrapper_runtime.cpp) use ATen and the dispatcher; they are built once per machine and
-// linked into every package, so a wrapper itself compiles in a fraction of a second.
+// (cpp_wrapper_runtime.cpp, cpp_wrapper_dispatch.cpp) use ATen and the dispatcher; they are
+// built once per machine and linked into every package, so a wrapper itself compiles in a
+// fraction of a second.
 #pragma once
 #include <cstdint>
 #include <initializer_list>
