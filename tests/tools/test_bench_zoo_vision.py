@@ -81,6 +81,20 @@ def test_vision_suite_reports_every_mode_and_precision(monkeypatch):
     assert any(n.startswith("skipped: regnet_y_128gf") for n in result.notes)
 
 
+def test_zoo_modes_choose_the_runs_and_are_checked(monkeypatch):
+    monkeypatch.setattr(zoo, "BACKENDS", ("ember",))
+    monkeypatch.setattr(zoo_vision, "table",
+                        lambda: {"tiny": zoo_vision.VisionModel("classification", _tiny)})
+    monkeypatch.setattr(zoo_vision, "QUICK_MODELS", ("tiny",))
+    monkeypatch.setenv("EMBER_ZOO_MODES", "inference")
+    result = registry.run("zoo", quick=True, suite="vision")
+    assert [r[2:4] for r in result.rows] == [["inference", "float32"], ["inference", "amp"]]
+    assert "modes: inference only (EMBER_ZOO_MODES)" in result.notes
+    monkeypatch.setenv("EMBER_ZOO_MODES", "inference,train")
+    with pytest.raises(ValueError, match=r"unknown zoo mode\(s\) \['train'\]"):
+        zoo_vision.run(quick=True)
+
+
 def test_vision_suite_names_are_checked_and_reach_the_cli(monkeypatch):
     with pytest.raises(ValueError, match="skipped"):
         zoo.run(quick=True, suite="vision", models="vit_h_14")

@@ -188,7 +188,13 @@ def run(quick: bool = False, models: str | None = None,
         raise ValueError(f"unknown vision zoo model(s) {unknown}"
                          + (f" (skipped: {skipped})" if skipped else "")
                          + f"; known: {list(available)}")
-    runs = [(mode, precision) for mode in zoo.MODES for precision in zoo.PRECISIONS]
+    modes = [m for m in (os.environ.get("EMBER_ZOO_MODES") or "").split(",") if m] \
+        or list(zoo.MODES)
+    if set(modes) - set(zoo.MODES):
+        raise ValueError(f"unknown zoo mode(s) {sorted(set(modes) - set(zoo.MODES))} in "
+                         f"EMBER_ZOO_MODES; known: {list(zoo.MODES)}")
+    runs = [(mode, precision) for mode in zoo.MODES if mode in modes
+            for precision in zoo.PRECISIONS]
     entries = {n: zoo_suite.Entry(available[n].family, available[n].build, runs) for n in names}
     parts = zoo_suite.run("vision", entries, names, quick, device,
                           lambda precision, mode: zoo.TOLERANCE[(precision, mode)], store)
@@ -213,6 +219,8 @@ def run(quick: bool = False, models: str | None = None,
                  f"box each, score threshold 0; {NUM_CLASSES} classes; random weights")
     notes.append("models: " + ", ".join(names)
                  + ("" if quick or set(names) == set(available) else " (a subset)"))
+    if set(modes) != set(zoo.MODES):
+        notes.append("modes: " + ", ".join(modes) + " only (EMBER_ZOO_MODES)")
     notes.append("skipped: " + "; ".join(f"{n} ({why})" for n, why in SKIPPED.items()))
     if store:
         notes.append(zoo_store.provenance(parts, store))
