@@ -90,6 +90,7 @@ def test_zoo_modes_choose_the_runs_and_are_checked(monkeypatch):
     result = registry.run("zoo", quick=True, suite="vision")
     assert [r[2:4] for r in result.rows] == [["inference", "float32"], ["inference", "amp"]]
     assert "modes: inference only (EMBER_ZOO_MODES)" in result.notes
+    assert result.notes[0].endswith("training step geomean AMP -, float32 -"), result.notes[0]
     monkeypatch.setenv("EMBER_ZOO_MODES", "inference,train")
     with pytest.raises(ValueError, match=r"unknown zoo mode\(s\) \['train'\]"):
         zoo_vision.run(quick=True)

@@ -507,9 +507,13 @@ def suite_summary(backend: str, passed: int, total: int, speedups: dict,
     def g(mode, precision):
         return speedups.get((backend, mode, precision), [])
 
-    train = ", ".join(f"{'AMP' if p == 'amp' else p} {_geomean(g('training', p)):.2f}x"
+    def mean(mode, precision):  # "-" where no run of that kind matched (or none ran)
+        values = g(mode, precision)
+        return f"{_geomean(values):.2f}x" if values else "-"
+
+    train = ", ".join(f"{'AMP' if p == 'amp' else p} {mean('training', p)}"
                       for p in training) \
-        if len(training) > 1 else f"{_geomean(g('training', training[0])):.2f}x"
+        if len(training) > 1 else mean("training", training[0])
     return (f"{backend}: {passed}/{total} runs compile and match eager; inference geomean "
             f"{label}AMP {_geomean(g('inference', 'amp')):.2f}x, float32 "
             f"{_geomean(g('inference', 'float32')):.2f}x, headline 0.75 x AMP + 0.25 x "
