@@ -96,6 +96,17 @@ def test_zoo_modes_choose_the_runs_and_are_checked(monkeypatch):
         zoo_vision.run(quick=True)
 
 
+def test_a_stored_part_of_other_modes_is_not_reused(monkeypatch, tmp_path):
+    monkeypatch.setattr(zoo, "BACKENDS", ("ember",))
+    monkeypatch.setattr(zoo_vision, "table",
+                        lambda: {"tiny": zoo_vision.VisionModel("classification", _tiny)})
+    monkeypatch.setenv("EMBER_ZOO_MODES", "inference")
+    zoo.run(quick=True, suite="vision", models="tiny", store=str(tmp_path))
+    monkeypatch.delenv("EMBER_ZOO_MODES")
+    with pytest.raises(zoo_store.StoreError, match="tiny.json holds the runs"):
+        zoo.run(quick=True, suite="vision", models="tiny", store=str(tmp_path))
+
+
 def test_vision_suite_names_are_checked_and_reach_the_cli(monkeypatch):
     with pytest.raises(ValueError, match="skipped"):
         zoo.run(quick=True, suite="vision", models="vit_h_14")

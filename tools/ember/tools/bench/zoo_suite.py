@@ -71,6 +71,16 @@ def tally(cols: list[str], rows: Iterable[list], backends) -> tuple[dict, dict]:
     return passed, speedups
 
 
+def _check_runs(part: zoo_store.Part, cases: list[tuple[str, str]], folder: Path) -> None:
+    """A stored part must hold the runs asked for now (a folder filled with
+    ``EMBER_ZOO_MODES=inference`` would otherwise leave a full run without training rows)."""
+    stored = [(row[2], row[3]) for row in part.rows]
+    if stored != list(cases):
+        raise zoo_store.StoreError(
+            f"stored zoo part {folder / (part.model + '.json')} holds the runs {stored}, this "
+            f"run asks for {list(cases)}; delete it or use another --store folder")
+
+
 def run(suite: str, table: dict[str, Entry], names: list[str], quick: bool, device: str,
         tolerance: Callable[[str, str], float], store: str | None) -> list[zoo_store.Part]:
     """Each named model's part: from ``store`` when kept there, else measured (and kept)."""
@@ -81,6 +91,8 @@ def run(suite: str, table: dict[str, Entry], names: list[str], quick: bool, devi
     with zoo._fresh_caches():
         for name in names:
             part = zoo_store.load(folder, name, cols) if folder else None
+            if part is not None:
+                _check_runs(part, table[name].cases, folder)
             if part is None:
                 part = measure(suite, name, table[name], quick, device, rounds, cols, tolerance)
                 if folder:
