@@ -434,12 +434,13 @@ void {self.release}() {{ ember_aot::release_caches(); }}
             raise Unsupported("the C++ wrapper calls externs boxed: plan it without extern_out")
         step = s.step
         # a weight packed once for oneDNN, kept between calls
-        linear, conv = self._linear_operands(step), self._conv_operands(step)
+        linear = self._linear_operands(step)
         if linear is not None:
             x, w, bias = linear
             self._packed_call(step, "PackedLinear", f"{self._tensor(x)}, {self._tensor(w)}, "
                                                     f"{self._optional_tensor(bias)}")
             return
+        conv = self._conv_operands(step)
         if conv is not None:
             x, w, bias, stride, padding, dilation, groups = conv
             self._packed_call(step, "PackedConv", f"{self._tensor(x)}, {self._tensor(w)}, "
