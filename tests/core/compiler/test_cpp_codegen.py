@@ -412,7 +412,8 @@ def test_cat_of_many_parts_read_pointwise_is_stored(ecompile, output_code, dtype
     kernels, wrapper = "\n".join(output_code).split("wrapper:")
     kernels = kernels.split('extern "C" void ')[1:]
     assert not any("e_sel" in k for k in kernels) and "aten.cat" not in wrapper
-    assert sum(k.count("omp simd") for k in kernels if "e_max" not in k) >= nparts
+    # one loop nest per part (parts of under 8 channels get no ``omp simd``: too short)
+    assert sum(k.count("for (int64_t r0 = 0;") for k in kernels if "e_max" not in k) >= nparts
 
 
 def _functions(output_code) -> list[str]:
@@ -435,8 +436,9 @@ def test_a_long_run_of_loops_is_built_as_functions_of_a_few(ecompile, output_cod
     funcs = _functions(output_code)
     part = r"static __attribute__\(\(noinline\)\) void kernel\d+_part"
     split = [f for f in funcs if re.match(part, f)]
-    assert len(split) == 3 and all(1 <= f.count("#pragma omp") <= 4 for f in split)
-    assert all(f.count("#pragma omp") <= 4 for f in funcs)
+    loops = lambda f: f.count("for (int64_t r0 = 0;")  # noqa: E731 (one nest per stage)
+    assert len(split) == 3 and all(1 <= loops(f) <= 4 for f in split)
+    assert all(loops(f) <= 4 for f in funcs)
 
 
 def test_loops_split_into_functions_keep_their_barriers(ecompile, output_code, monkeypatch):
