@@ -436,7 +436,7 @@ def test_a_long_run_of_loops_is_built_as_functions_of_a_few(ecompile, output_cod
     funcs = _functions(output_code)
     part = r"static __attribute__\(\(noinline\)\) void kernel\d+_part"
     split = [f for f in funcs if re.match(part, f)]
-    loops = lambda f: f.count("for (int64_t r0 = 0;")  # noqa: E731 (one nest per stage)
+    loops = lambda f: f.count("for (int64_t r0 = 0;")  # one nest per stage
     assert len(split) == 3 and all(1 <= loops(f) <= 4 for f in split)
     assert all(loops(f) <= 4 for f in funcs)
 
