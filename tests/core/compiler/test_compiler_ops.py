@@ -48,6 +48,21 @@ def test_bfloat16_store_rounds_like_eager_bitwise(ecompile):
         assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
 
 
+def test_bfloat16_round_trip_in_a_kernel_is_bitwise_eager(ecompile):
+    """``x.to(bf16).float()`` read by a fused op (round_bf16, rounded in 32-bit lanes): the
+    bits of eager's round trip for random bit patterns, exact ties, infinities, denormals."""
+    g = torch.Generator().manual_seed(1)
+    bits = torch.randint(-2**31, 2**31 - 1, (4096,), generator=g, dtype=torch.int64)
+    ties = torch.arange(-2048, 2048, dtype=torch.int64) * 65536 + 32768
+    x = torch.cat([bits, ties]).to(torch.int32).view(torch.float32)
+    x = torch.cat([x, torch.tensor(SPECIAL + [1e-39, -3e-39, 1e-45])])
+    fn = lambda x: torch.relu(x.to(torch.bfloat16).float()) - x.to(torch.bfloat16).float() * 4
+    got, want = ecompile(fn)(x), fn(x)
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan)
+    assert torch.equal(got[~nan].view(torch.int32), want[~nan].view(torch.int32))
+
+
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_conversion_to_16bit_rounds_inside_fused_kernels(ecompile, dtype):

@@ -82,7 +82,7 @@ TEMPLATES: dict[str, str] = {
     "truncdiv": "e_truncdiv<{T}>({0}, {1})",
     "isnan": "({0} != {0})",
     "isinf": "(std::abs({0}) == INFINITY)",
-    "round_bf16": "e_bf16_to_f(e_f_to_bf16({0}))",
+    "round_bf16": "e_round_bf16({0})",
     "round_fp16": "static_cast<float>(static_cast<_Float16>({0}))",
     "eq": "({0} == {1})",
     "ne": "({0} != {1})",

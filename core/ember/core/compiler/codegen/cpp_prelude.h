@@ -161,3 +161,12 @@ static inline uint16_t e_f_to_bf16(float f) {
   uint32_t nan = 0u - static_cast<uint32_t>((u & 0x7fffffffu) > 0x7f800000u);
   return static_cast<uint16_t>((r & ~nan) | (0x7fc0u & nan));
 }
+// e_bf16_to_f(e_f_to_bf16(f)) in 32-bit lanes: the same bits without packing to 16 bits and
+// widening back
+static inline float e_round_bf16(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  uint32_t nan = 0u - static_cast<uint32_t>((u & 0x7fffffffu) > 0x7f800000u);
+  r = (r & ~nan) | (0x7fc00000u & nan);
+  float o; std::memcpy(&o, &r, 4); return o;
+}
