@@ -48,6 +48,27 @@ def test_bfloat16_store_rounds_like_eager_bitwise(ecompile):
         assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
 
 
+def test_bfloat16_values_stored_as_bfloat16_keep_their_bits(ecompile, output_code):
+    """A value that is a bfloat16 already (a ReLU6 of a rounded result, a max, negation or
+    select of bfloat16 inputs and representable constants) is stored by keeping its top 16
+    bits, with eager's bits; a value that is not (times 1.5) is still rounded."""
+    g = torch.Generator().manual_seed(2)
+    bits = torch.randint(-2**31, 2**31 - 1, (4096,), generator=g, dtype=torch.int64)
+    x = torch.cat([bits.to(torch.int32).view(torch.float32), torch.tensor(SPECIAL)])
+    xb = x.to(torch.bfloat16)
+    fn = lambda x, xb: (F.relu6(x.to(torch.bfloat16).float()).to(torch.bfloat16),
+                        torch.maximum(xb, -xb), torch.where(x > 0, xb, xb.abs() * 1.5),
+                        torch.clamp(xb, -2.5, 0.1))
+    got, want = ecompile(fn)(x, xb), fn(x, xb)
+    bits_of = lambda t: (t.float() + 0.0).view(torch.int32)  # -0.0 as 0.0: a max's choice
+    for g_, w in zip(got, want):
+        nan = w.isnan()
+        assert g_.dtype == torch.bfloat16 and torch.equal(g_.isnan(), nan)
+        assert torch.equal(bits_of(g_[~nan]), bits_of(w[~nan]))
+    code = "\n".join(output_code).split("wrapper:")[0]
+    assert code.count("= e_bf16_bits(") == 2 and code.count("= e_f_to_bf16(") >= 2
+
+
 def test_bfloat16_round_trip_in_a_kernel_is_bitwise_eager(ecompile):
     """``x.to(bf16).float()`` read by a fused op (round_bf16, rounded in 32-bit lanes): the
     bits of eager's round trip for random bit patterns, exact ties, infinities, denormals."""

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import NamedTuple
 
 import sympy
 import torch
@@ -188,7 +189,7 @@ class _Body:
             return index.xreplace({x: 0 for x in self.local[name]})
         return index
 
-    def store(self, buf, index, value: str, stored) -> None:
+    def store(self, buf, index, value: str | StoredValue, stored) -> None:
         if buf.name in self.alias:
             self.line(_store(self.alias[buf.name], index, value))
         elif buf.name in stored or buf.name in self.local:
@@ -238,22 +239,54 @@ class _Body:
 _ROUNDS_TO = {"round_bf16": torch.bfloat16, "round_fp16": torch.float16}
 
 
-def _stored(body: _Body, e, buf) -> str:
+# prims whose result is one of their value operands (their positions), or its sign flipped
+_PICKS = {"maximum": (0, 1), "minimum": (0, 1), "neg": (0,), "abs": (0,), "where": (1, 2)}
+
+
+class StoredValue(NamedTuple):
+    """A value rendered for a store; ``bf16_exact``: it is a bfloat16 value already (its low
+    16 bits zero, or NaN), so a bfloat16 store keeps its top half instead of rounding."""
+
+    text: str
+    bf16_exact: bool = False
+
+
+def _bf16_exact(body: _Body, e) -> bool:
+    """Whether ``e`` is exactly a bfloat16 value: a bfloat16 load, a rounding to bfloat16, a
+    representable constant, or a max / min / negation / magnitude / select of such values
+    (a ReLU6 of a rounded batch norm)."""
+    if isinstance(e, ir.Const):
+        v = float(e.value)
+        return math.isnan(v) or torch.tensor(v).to(torch.bfloat16).item() == v
+    if isinstance(e, (ir.Load, ir.Gather)):
+        name = body.alias[e.buf].name if e.buf in body.alias else e.buf
+        return body.bufs[name].dtype == torch.bfloat16 and e.dtype.is_floating_point
+    if isinstance(e, ir.PrimOp):
+        if e.prim == "round_bf16":
+            return True
+        return e.prim in _PICKS and all(_bf16_exact(body, e.args[i]) for i in _PICKS[e.prim])
+    return False
+
+
+def _stored(body: _Body, e, buf) -> StoredValue:
     """``e`` rendered for a store into ``buf``: a rounding to ``buf``'s own 16-bit dtype on top
     is left to the store's conversion, which gives the same bits (rounding is idempotent), so
     each element is converted once instead of three times."""
     target = body.alias.get(buf.name, buf)
     while isinstance(e, ir.PrimOp) and _ROUNDS_TO.get(e.prim) == target.dtype:
         e = e.args[0]
-    return body.expr(e)
+    exact = target.dtype == torch.bfloat16 and _bf16_exact(body, e)
+    return StoredValue(body.expr(e), exact)
 
 
-def _store(buf, index, value: str) -> str:
+def _store(buf, index, value: str | StoredValue) -> str:
+    exact = isinstance(value, StoredValue) and value.bf16_exact
+    text = value.text if isinstance(value, StoredValue) else value
     if buf.dtype == torch.bfloat16:
-        value = f"e_f_to_bf16({value})"
+        text = f"e_bf16_bits({text})" if exact else f"e_f_to_bf16({text})"
     else:
-        value = f"static_cast<{CTYPES[buf.dtype]}>({value})"
-    return f"{buf.name}[{cpp_index(index)}] = {value};"
+        text = f"static_cast<{CTYPES[buf.dtype]}>({text})"
+    return f"{buf.name}[{cpp_index(index)}] = {text};"
 
 
 def _init(rtype: str, dt: torch.dtype) -> str:

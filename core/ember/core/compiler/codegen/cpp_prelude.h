@@ -161,6 +161,10 @@ static inline uint16_t e_f_to_bf16(float f) {
   uint32_t nan = 0u - static_cast<uint32_t>((u & 0x7fffffffu) > 0x7f800000u);
   return static_cast<uint16_t>((r & ~nan) | (0x7fc0u & nan));
 }
+// the bfloat16 bits of a float that is a bfloat16 value already (no rounding needed)
+static inline uint16_t e_bf16_bits(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4); return static_cast<uint16_t>(u >> 16);
+}
 // e_bf16_to_f(e_f_to_bf16(f)) in 32-bit lanes: the same bits without packing to 16 bits and
 // widening back
 static inline float e_round_bf16(float f) {
