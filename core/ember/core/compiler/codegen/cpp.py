@@ -256,7 +256,10 @@ def _bf16_exact(body: _Body, e) -> bool:
     representable constant, or a max / min / negation / magnitude / select of such values
     (a ReLU6 of a rounded batch norm)."""
     if isinstance(e, ir.Const):
-        v = float(e.value)
+        try:
+            v = float(e.value)
+        except (TypeError, ValueError):
+            return False
         return math.isnan(v) or torch.tensor(v).to(torch.bfloat16).item() == v
     if isinstance(e, (ir.Load, ir.Gather)):
         name = body.alias[e.buf].name if e.buf in body.alias else e.buf
