@@ -166,3 +166,15 @@ def test_store_option_reaches_the_vision_suite(monkeypatch):
     assert cli.main(["bench", "zoo", "--suite", "vision", "--store", "parts",
                      "--no-progress"]) == 0
     assert seen == {"suite": "vision", "store": "parts"}
+
+
+def test_zoo_summary_prints_a_dash_for_a_geomean_over_no_runs():
+    """A training-only run has no inference speed-ups: '-' there, not 'nanx'."""
+    from ember.tools.bench import zoo
+
+    line = zoo.suite_summary("ember", 2, 2, {("ember", "training", "amp"): [1.5],
+                                              ("ember", "training", "float32"): [2.0]},
+                             training=("amp", "float32"))
+    assert line == ("ember: 2/2 runs compile and match eager; inference geomean speed-up "
+                    "AMP -, float32 -, headline 0.75 x AMP + 0.25 x float32 = -; training step "
+                    "geomean AMP 1.50x, float32 2.00x")

@@ -514,11 +514,11 @@ def suite_summary(backend: str, passed: int, total: int, speedups: dict,
     train = ", ".join(f"{'AMP' if p == 'amp' else p} {mean('training', p)}"
                       for p in training) \
         if len(training) > 1 else mean("training", training[0])
+    amp, f32 = g("inference", "amp"), g("inference", "float32")
+    head = f"{headline(amp, f32):.2f}x" if amp and f32 else "-"
     return (f"{backend}: {passed}/{total} runs compile and match eager; inference geomean "
-            f"{label}AMP {_geomean(g('inference', 'amp')):.2f}x, float32 "
-            f"{_geomean(g('inference', 'float32')):.2f}x, headline 0.75 x AMP + 0.25 x "
-            f"float32 = {headline(g('inference', 'amp'), g('inference', 'float32')):.2f}x; "
-            f"training step geomean {train}")
+            f"{label}AMP {mean('inference', 'amp')}, float32 {mean('inference', 'float32')}, "
+            f"headline 0.75 x AMP + 0.25 x float32 = {head}; training step geomean {train}")
 
 
 def backend_cells(res: dict, backends, eager_t, label: str, errors: list,
