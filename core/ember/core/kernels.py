@@ -37,6 +37,7 @@ _DISPATCH_KEYS = {
     "cpu": "CPU",
     "cuda": "CUDA",
     "mps": "MPS",
+    "mkldnn": "MkldnnCPU",  # an argument is oneDNN's opaque tensor (a prepacked weight)
     "portable": "CompositeExplicitAutograd",
 }
 
@@ -76,7 +77,7 @@ class CustomOp:
         return fn
 
     def register_kernel(self, device: str) -> Callable[[Callable], Callable]:
-        """Decorator registering the implementation for ``device`` (cpu/cuda/mps/portable)."""
+        """Decorator registering the implementation for ``device`` (see ``_DISPATCH_KEYS``)."""
         if device not in _DISPATCH_KEYS:
             raise ValueError(f"device must be one of {sorted(_DISPATCH_KEYS)}, got {device!r}")
 

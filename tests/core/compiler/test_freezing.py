@@ -285,3 +285,44 @@ def test_graph_holding_tensors_of_its_own_still_freezes(packed):
         got, = fn(w, x)
     _close(got, torch.conv2d(x, w) + root.anchors)
     assert packed == [1]
+
+
+class WinogradNet(nn.Module):
+    """3x3 convolutions: two large enough for Winograd (one with a folded BatchNorm and a
+    relu, one plain), then a strided one and a residual one that keep oneDNN's."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1, bias=False),
+                               nn.BatchNorm2d(64), nn.ReLU())
+        self.b = nn.Conv2d(64, 64, 3, padding=1)
+        self.c = nn.Conv2d(64, 64, 3, padding=1)
+        self.down = nn.Conv2d(64, 32, 3, stride=2)
+
+    def forward(self, x):
+        y = self.b(self.a(x))
+        return self.down(self.c(y) + y)
+
+
+def test_large_3x3_convolutions_run_winograd_and_match_eager(ecompile, packed, monkeypatch):
+    from ember.core.nn import winograd_conv
+
+    if not winograd_conv.available():
+        pytest.skip("no C++ compiler or no oneDNN")
+    routed = []
+    choose = prepack._winograd
+
+    def spy(gm, conv, weight, fusion, fake_mode):
+        routed.append(choose(gm, conv, weight, fusion, fake_mode))
+        return routed[-1]
+
+    monkeypatch.setattr(prepack, "_winograd", spy)
+    torch.manual_seed(0)
+    m = _randomize_bn(WinogradNet()).eval()
+    x = torch.randn(2, 64, 25, 23)  # 2 x 13 x 12 tiles
+    with torch.no_grad():
+        ref = m(x)
+        compiled = ecompile(m, options=FREEZE)
+        for _ in range(2):
+            _close(compiled(x), ref, 1e-4)
+    assert packed == [4] and routed == [True, True, False, False]
