@@ -36,57 +36,62 @@ def _case(shape, seed=0):
     return x, weight, b, [padding, padding], unary
 
 
-def _check(got, ref):
+def _check(got, ref, channels_last=True):
     """Within a few float32 roundings of the exact result, as ATen's own conv2d is."""
     assert got.dtype == torch.float32 and got.shape == ref.shape
-    assert got.is_contiguous(memory_format=torch.channels_last)
+    assert got.is_contiguous(memory_format=torch.channels_last if channels_last else
+                             torch.contiguous_format)
     scale = ref.abs().max().clamp_min(1.0)
     assert ((got.double() - ref).abs().max() / scale).item() < 5e-6
 
 
+def _run(x, weight, b, padding, unary, packed=None, channels_last=True):
+    return wg.winograd_conv2d(x, weight, packed, b, padding, unary, channels_last)
+
+
 @pytest.mark.parametrize("shape", SHAPES)
-def test_native_matches_conv2d(shape):
+def test_packed_once_matches_conv2d(shape):
     x, weight, b, padding, unary = _case(shape)
-    transformed = wg.transform_weight(weight)
-    packed = wg.pack(transformed, x.shape, padding)
-    got = wg.winograd_conv2d(x.contiguous(memory_format=torch.channels_last), packed,
-                             transformed, b, padding, unary)
+    packed = wg.pack(weight, x.shape, padding)
+    got = _run(x.contiguous(memory_format=torch.channels_last), weight, b, padding, unary,
+               packed)
     _check(got, _reference(x, weight, b, padding, unary))
 
 
-@pytest.mark.parametrize("shape", SHAPES[:4])
-def test_torch_op_path_matches_conv2d(shape):
+@pytest.mark.parametrize("shape", SHAPES)
+def test_packed_per_call_matches_conv2d(shape):
     x, weight, b, padding, unary = _case(shape)
-    got = wg._torch_ops(x, wg.transform_weight(weight), b, padding, unary)
-    _check(got, _reference(x, weight, b, padding, unary))
+    got = _run(x, weight, b, padding, unary, channels_last=False)
+    _check(got, _reference(x, weight, b, padding, unary), channels_last=False)
 
 
 def test_packed_weight_reaches_the_native_kernel(monkeypatch):
-    """oneDNN's opaque weight dispatches to the registered kernel, not the portable one."""
+    """oneDNN's opaque weight dispatches to the registered kernel, not the portable one
+    (which, like the native kernel's declines, is ATen's direct convolution)."""
     def refuse(*args):
-        raise AssertionError("torch-op path taken")
+        raise AssertionError("direct convolution taken")
 
     x, weight, b, padding, unary = _case(SHAPES[0])
-    transformed = wg.transform_weight(weight)
-    packed = wg.pack(transformed, x.shape, padding)
-    monkeypatch.setattr(wg, "_torch_ops", refuse)
-    _check(wg.winograd_conv2d(x, packed, transformed, b, padding, unary),
+    packed = wg.pack(weight, x.shape, padding)
+    monkeypatch.setattr(wg, "_direct", refuse)
+    _check(_run(x, weight, b, padding, unary, packed),
            _reference(x, weight, b, padding, unary))
+    _check(_run(x, weight, b, padding, unary), _reference(x, weight, b, padding, unary))
 
 
-def test_nchw_input_and_another_size_than_packed_for():
+def test_another_size_than_packed_for():
     x, weight, b, padding, unary = _case(SHAPES[1])
-    transformed = wg.transform_weight(weight)
-    packed = wg.pack(transformed, (1, 17, 40, 40), padding)  # other chunk size: reordered
-    got = wg.winograd_conv2d(x, packed, transformed, b, padding, unary)
-    _check(got, _reference(x, weight, b, padding, unary))
+    packed = wg.pack(weight, (1, 17, 40, 40), padding)  # another chunk size: reordered
+    _check(_run(x, weight, b, padding, unary, packed), _reference(x, weight, b, padding, unary))
 
 
-def test_strided_weight_runs_the_torch_op_path():
+def test_other_dtypes_and_empty_batches_run_aten():
     x, weight, b, padding, unary = _case(SHAPES[3])
-    transformed = wg.transform_weight(weight)
-    got = wg.winograd_conv2d(x, transformed, transformed, b, padding, unary)
-    _check(got, _reference(x, weight, b, padding, unary))
+    xd, wd, bd = x.double(), weight.double(), b.double()
+    got = _run(xd, wd, bd, padding, unary, channels_last=False)
+    torch.testing.assert_close(got, _reference(x, weight, b, padding, unary))
+    empty = _run(x[:0], weight, b, padding, unary)
+    assert empty.shape == (0, weight.shape[0], x.shape[2] + 2, x.shape[3] + 2)
 
 
 def test_non_finite_inputs_stay_non_finite():
@@ -95,9 +100,7 @@ def test_non_finite_inputs_stay_non_finite():
     x, weight, b, padding, unary = _case(SHAPES[0])
     x[0, 3, 5, 7] = float("nan")
     x[1, 0, 10, 2] = float("inf")
-    transformed = wg.transform_weight(weight)
-    got = wg.winograd_conv2d(x, wg.pack(transformed, x.shape, padding), transformed, b,
-                             padding, "none")
+    got = _run(x, weight, b, padding, "none")
     ref = _reference(x, weight, b, padding, "none")
     bad = ~torch.isfinite(ref)
     assert bad.any() and (~torch.isfinite(got[bad])).all()
@@ -105,13 +108,13 @@ def test_non_finite_inputs_stay_non_finite():
     assert ((got[fine].double() - ref[fine]).abs().max() / ref[fine].abs().max()) < 5e-6
 
 
-def test_weight_transform_is_exact_for_an_identity_filter():
-    weight = torch.zeros(1, 1, 3, 3)
-    weight[0, 0, 1, 1] = 1.0
-    x = torch.randn(1, 1, 6, 6)
-    got = wg._torch_ops(x, wg.transform_weight(weight), None, [1, 1], "none")
-    torch.testing.assert_close(got, x.contiguous(memory_format=torch.channels_last),
-                               atol=1e-6, rtol=0)
+def test_filter_transform_matches_float64():
+    g = torch.Generator().manual_seed(1)
+    weight = torch.randn(70, 67, 3, 3, generator=g)  # blocks of 64 input channels and a rest
+    G = torch.tensor([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]],
+                     dtype=torch.float64)
+    ref = torch.einsum("ai,kcij,bj->abkc", G, weight.double(), G).reshape(16 * 70, 67, 1, 1)
+    assert torch.equal(wg.transform_weight(weight), ref.float())
 
 
 @pytest.mark.parametrize("cin, cout, tiles, expected", [
@@ -127,8 +130,50 @@ def test_routing_rule(cin, cout, tiles, expected):
     assert wg.suits(cin, cout, tiles) is expected
 
 
+@pytest.mark.parametrize("cin, cout, tiles, expected", [
+    (256, 256, 3200, True), (256, 256, 800, True), (64, 64, 3200, True),
+    (256, 256, 50, False),   # the filter's transform and packing per call cost too much
+    (64, 64, 400, False)])
+def test_routing_rule_when_each_call_packs(cin, cout, tiles, expected):
+    assert wg.suits(cin, cout, tiles, frozen=False) is expected
+
+
 def test_chunks_cover_every_tile_in_equal_parts():
     for cin, cout, n in [(256, 256, 3200), (64, 64, 3200), (256, 256, 242), (512, 512, 50)]:
         chunk = wg.chunk_tiles(cin, cout, n)
         chunks = -(-n // chunk)
         assert chunk * chunks >= n > chunk * (chunks - 1) and chunks * chunk - n < chunks
+
+
+class _Body(torch.nn.Module):
+    """A large 3x3 convolution (Winograd), a relu, a strided one and a small one (ATen's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.big = torch.nn.Conv2d(64, 64, 3, padding=1)
+        self.down = torch.nn.Conv2d(64, 64, 3, stride=2, padding=1)
+        self.small = torch.nn.Conv2d(64, 64, 3, padding=1)
+
+    def forward(self, x):
+        return self.small(self.down(torch.relu(self.big(x))))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_compiled_large_convolution_runs_winograd(output_code, channels_last):
+    """Unfrozen graphs too (the filter is transformed and packed per call), in the layout
+    eager's convolution returns."""
+    from ember.core import compile as ember_compile
+
+    torch.manual_seed(0)
+    model, x = _Body().eval(), torch.randn(2, 64, 40, 40)  # 800 tiles; 200 after the stride
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got, ref = ember_compile(model, options={"strict": True})(x), model(x)
+    torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+    assert got.stride() == ref.stride()
+    wrapper = "\n".join(output_code).split("wrapper:")[1]
+    assert wrapper.count("ember.winograd_conv2d") == 1, wrapper
+    assert wrapper.count("aten.convolution") == 2, wrapper
+    torch._dynamo.reset()

@@ -144,7 +144,7 @@ def _winograd(gm: GraphModule, conv: Node, weight, fusion: Fusion, fake_mode) ->
     direct one becomes ``ember::winograd_conv2d`` (see ``ember.core.nn.winograd_conv``)."""
     from ember.core.nn import winograd_conv
 
-    x, _w, b, stride, padding, dilation, _t, _op, groups = conv.args
+    x, w, b, stride, padding, dilation, _t, _op, groups = conv.args
     if fusion.other is not None or tuple(weight.shape[2:]) != (3, 3) or groups != 1 or \
             tuple(stride) != (1, 1) or tuple(dilation) != (1, 1) or min(padding) < 0:
         return False
@@ -154,13 +154,10 @@ def _winograd(gm: GraphModule, conv: Node, weight, fusion: Fusion, fake_mode) ->
             not winograd_conv.available():
         return False
     last = fusion.nodes[-1]
-    transformed = winograd_conv.transform_weight(weight)
-    packed = add_constant(gm, winograd_conv.pack(transformed, shape, padding), last, "_packed")
-    plain = add_constant(gm, transformed, last, "_packed",
-                         val=fake_mode.from_tensor(transformed, static_shapes=True))
+    packed = add_constant(gm, winograd_conv.pack(weight, shape, padding), last, "_packed")
     with gm.graph.inserting_before(last):
         new = gm.graph.call_function(winograd_conv.winograd_conv2d.op.default,
-                                     (x, packed, plain, b, list(padding), fusion.unary))
+                                     (x, w, packed, b, list(padding), fusion.unary, True))
     _replace(gm, fusion, new, fake_mode)
     return True
 

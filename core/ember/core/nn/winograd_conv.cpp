@@ -27,6 +27,42 @@ inline Tile locate(int64_t t, int64_t tiles_y, int64_t tiles_x) {
 
 }  // namespace
 
+// w: (k, c, 3, 3) contiguous; u: (16, k, c), point p of filter (k, c) at (p * k + k) * c + c:
+// G g G^T, computed in double and rounded once.
+extern "C" int ember_winograd_weight_f32(const float* w, float* u, int64_t k, int64_t c) {
+  if (k < 1 || c < 1) return 1;
+  constexpr int64_t kBlock = 64;  // filters per block: the 16 output rows are 16 streams
+                                  // k * c apart, written a block at a time
+#pragma omp parallel for schedule(static)
+  for (int64_t o = 0; o < k; ++o) {
+    float buf[16][kBlock];
+    for (int64_t i0 = 0; i0 < c; i0 += kBlock) {
+      const int64_t len = std::min(kBlock, c - i0);
+      const float* wo = w + (o * c + i0) * 9;
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i) {
+        const float* g = wo + i * 9;
+        double t[4][3];
+        for (int s = 0; s < 3; ++s) {  // rows: G g
+          const double g0 = g[s], g1 = g[3 + s], g2 = g[6 + s];
+          t[0][s] = g0;
+          t[1][s] = 0.5 * (g0 + g1 + g2);
+          t[2][s] = 0.5 * (g0 - g1 + g2);
+          t[3][s] = g2;
+        }
+        for (int r = 0; r < 4; ++r) {  // columns: (G g) G^T
+          buf[r * 4 + 0][i] = static_cast<float>(t[r][0]);
+          buf[r * 4 + 1][i] = static_cast<float>(0.5 * (t[r][0] + t[r][1] + t[r][2]));
+          buf[r * 4 + 2][i] = static_cast<float>(0.5 * (t[r][0] - t[r][1] + t[r][2]));
+          buf[r * 4 + 3][i] = static_cast<float>(t[r][2]);
+        }
+      }
+      for (int p = 0; p < 16; ++p) std::copy_n(buf[p], len, u + (p * k + o) * c + i0);
+    }
+  }
+  return 0;
+}
+
 // x: (n, h, w, c) contiguous; v: the transformed tiles t0 .. t0 + count - 1; tiles past the
 // last real one (t >= n * tiles_y * tiles_x) are written as zeros.
 extern "C" int ember_winograd_input_f32(const float* x, float* v, int64_t n, int64_t h,

@@ -10,7 +10,9 @@ subtract and halve; the larger F(4x4, 3x3) was ten times less accurate in float3
 not used). A NaN or inf input spreads over its whole tile, where the direct convolution
 keeps it to the outputs that read it (inf may also become NaN there).
 
-Where the native kernels do not build, the op runs the same algorithm in torch ops.
+Frozen graphs pass the filter's transform packed once; otherwise each call transforms and
+packs it (about 1% of a large convolution's time). Where the native kernels do not build,
+or for other dtypes, the op is ATen's direct convolution.
 """
 
 from __future__ import annotations
@@ -34,18 +36,14 @@ _log = get_logger("kernels")
 POINTS = 16  # 4 x 4 transformed points per tile
 TILE = 2     # outputs per tile side
 
-# F(2x2, 3x3): input transform B^T, filter transform G, output transform A^T
-_BT = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))
-_G = ((1, 0, 0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0, 0, 1))
-_AT = ((1, 1, 1, 0), (0, 1, -1, -1))
-
 winograd_conv2d = kernels.define(
     "ember::winograd_conv2d",
-    "(Tensor input, Tensor packed, Tensor transformed, Tensor? bias, int[2] padding, "
-    "str unary) -> Tensor")
+    "(Tensor input, Tensor weight, Tensor? packed, Tensor? bias, int[2] padding, str unary, "
+    "bool channels_last) -> Tensor")
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 _SIGNATURES = {
+    "ember_winograd_weight_f32": [_P, _P, _I, _I],
     "ember_winograd_input_f32": [_P, _P] + [_I] * 12,
     "ember_winograd_output_f32": [_P, _P, _P] + [_I] * 11,
 }
@@ -82,32 +80,37 @@ def tiles(input_shape, padding) -> int:
     return n * -(-(h + 2 * padding[0] - 2) // TILE) * -(-(w + 2 * padding[1] - 2) // TILE)
 
 
-def suits(in_channels: int, out_channels: int, n_tiles: int) -> bool:
+def suits(in_channels: int, out_channels: int, n_tiles: int, frozen: bool = True) -> bool:
     """Whether this algorithm beats oneDNN's direct convolution at these sizes: its matrix
     products need enough channels and tiles. Measured on 3x3 convolutions at 1 and 2
     threads: 1.1-1.9x faster for ResNet-50's and its FPN's (64-512 channels, 50-3200
-    tiles), 0.3-0.95x with 16-32 channels or under about 10,000 tile-channels."""
+    tiles), 0.3-0.95x with 16-32 channels or under about 10,000 tile-channels. Unfrozen,
+    each call also transforms and packs the filter, which needs more tiles to pay off."""
     small = min(in_channels, out_channels)
-    return small >= 64 and n_tiles >= 32 and n_tiles * small >= 10_000
+    least = 10_000 if frozen else 40_000
+    return small >= 64 and n_tiles >= (32 if frozen else 128) and n_tiles * small >= least
 
 
 def transform_weight(weight: Tensor) -> Tensor:
-    """G g G^T of each (out, in) filter of a [K, C, 3, 3] weight, as the [16 K, C, 1, 1]
-    weight of the grouped 1x1 convolution (group p holds point p), in float32."""
-    g = torch.tensor(_G, dtype=torch.float64)
-    u = torch.einsum("ai,kcij,bj->abkc", g, weight.detach().double(), g)
+    """G g G^T of each (out, in) filter of a float32 [K, C, 3, 3] weight, as the
+    [16 K, C, 1, 1] weight of the grouped 1x1 convolution (group p holds point p)."""
     k, c = weight.shape[:2]
-    return u.reshape(POINTS * k, c, 1, 1).to(torch.float32).contiguous()
+    w = weight.detach().contiguous()
+    u = torch.empty((POINTS * k, c, 1, 1), dtype=torch.float32)
+    status = _library().ember_winograd_weight_f32(w.data_ptr(), u.data_ptr(), k, c)
+    if status:
+        raise RuntimeError(f"native Winograd filter transform failed (status {status})")
+    return u
 
 
-def pack(transformed: Tensor, input_shape, padding) -> Tensor:
-    """oneDNN's packed form of ``transformed`` for the chunked grouped convolution of an
-    input of ``input_shape`` (another shape still runs, with a reorder per call)."""
-    c = transformed.shape[1]
-    k = transformed.shape[0] // POINTS
+def pack(weight: Tensor, input_shape, padding) -> Tensor:
+    """oneDNN's packed form of the transformed [K, C, 3, 3] ``weight`` for the chunked
+    grouped convolution of an input of ``input_shape`` (another shape still runs, with a
+    reorder per call)."""
+    k, c = weight.shape[:2]
     shape = [1, POINTS * c, chunk_tiles(c, k, tiles(input_shape, padding)), 1]
     return torch.ops.mkldnn._reorder_convolution_weight(
-        transformed, [0, 0], [1, 1], [1, 1], POINTS, shape)
+        transform_weight(weight), [0, 0], [1, 1], [1, 1], POINTS, shape)
 
 
 class _Geometry(NamedTuple):
@@ -122,59 +125,49 @@ class _Geometry(NamedTuple):
     tiles_x: int
 
 
-def _geometry(input: Tensor, transformed: Tensor, padding) -> _Geometry:
+def _geometry(input: Tensor, weight: Tensor, padding) -> _Geometry:
     n, c, h, w = input.shape
     out_h, out_w = h + 2 * padding[0] - 2, w + 2 * padding[1] - 2
-    return _Geometry(n, c, h, w, transformed.shape[0] // POINTS, out_h, out_w,
-                     -(-out_h // TILE), -(-out_w // TILE))
+    return _Geometry(n, c, h, w, weight.shape[0], out_h, out_w, -(-out_h // TILE),
+                     -(-out_w // TILE))
+
+
+def _format(channels_last: bool) -> torch.memory_format:
+    return torch.channels_last if channels_last else torch.contiguous_format
 
 
 @winograd_conv2d.register_fake
-def _(input, packed, transformed, bias, padding, unary):
-    g = _geometry(input, transformed, padding)
-    return input.new_empty((g.n, g.k, g.out_h, g.out_w),
-                           memory_format=torch.channels_last)
+def _(input, weight, packed, bias, padding, unary, channels_last):
+    g = _geometry(input, weight, padding)
+    return input.new_empty((g.n, g.k, g.out_h, g.out_w), memory_format=_format(channels_last))
 
 
-def _finish(y: Tensor, bias: Tensor | None, unary: str) -> Tensor:
-    if bias is not None:
-        y = y + bias.view(1, -1, 1, 1)
+def _direct(input: Tensor, weight: Tensor, bias: Tensor | None, padding, unary: str,
+            channels_last: bool) -> Tensor:
+    """ATen's direct convolution, for what the native path does not take."""
+    y = F.conv2d(input, weight, bias, padding=list(padding))
     if unary == "relu":
         y = torch.relu(y)
-    return y.contiguous(memory_format=torch.channels_last)
-
-
-def _torch_ops(input: Tensor, transformed: Tensor, bias: Tensor | None, padding,
-               unary: str) -> Tensor:
-    """The same algorithm in torch ops (float32 throughout, as the native path)."""
-    g = _geometry(input, transformed, padding)
-    bt = torch.tensor(_BT, dtype=input.dtype)
-    at = torch.tensor(_AT, dtype=input.dtype)
-    ph, pw = padding
-    x = F.pad(input, (pw, TILE * g.tiles_x + 2 - g.w - pw, ph, TILE * g.tiles_y + 2 - g.h - ph))
-    d = x.unfold(2, 4, TILE).unfold(3, 4, TILE)  # n, c, ty, tx, 4, 4
-    v = torch.einsum("ai,nctxij,bj->abntxc", bt, d, bt).reshape(POINTS, -1, g.c)
-    u = transformed.reshape(POINTS, g.k, g.c).transpose(1, 2)
-    m = torch.bmm(v, u).reshape(4, 4, g.n, g.tiles_y, g.tiles_x, g.k)
-    y = torch.einsum("ia,abntxk,jb->nktixj", at, m, at)
-    y = y.reshape(g.n, g.k, TILE * g.tiles_y, TILE * g.tiles_x)[:, :, :g.out_h, :g.out_w]
-    return _finish(y, bias, unary)
+    return y.contiguous(memory_format=_format(channels_last))
 
 
 @winograd_conv2d.register_kernel("portable")
-def _(input, packed, transformed, bias, padding, unary):
-    return _torch_ops(input, transformed, bias, padding, unary)
+def _(input, weight, packed, bias, padding, unary, channels_last):
+    return _direct(input, weight, bias, padding, unary, channels_last)
 
 
-def _native(input: Tensor, packed: Tensor, transformed: Tensor, bias: Tensor | None,
-            padding, unary: str) -> Tensor:
+def _native(input: Tensor, weight: Tensor, packed: Tensor | None, bias: Tensor | None,
+            padding, unary: str, channels_last: bool) -> Tensor:
     lib = _library()
-    g = _geometry(input, transformed, padding)
-    if lib is None or packed.layout != torch._mkldnn or input.dtype != torch.float32 or \
-            transformed.dtype != torch.float32 or (
+    g = _geometry(input, weight, padding)
+    if lib is None or input.dtype != torch.float32 or weight.dtype != torch.float32 or \
+            tuple(weight.shape[1:]) != (g.c, 3, 3) or (
                 bias is not None and bias.dtype != torch.float32) or g.out_h < 1 or \
-            g.out_w < 1 or min(padding) < 0:
-        return _torch_ops(input, transformed, bias, padding, unary)
+            g.out_w < 1 or min(padding) < 0 or g.n == 0 or \
+            (packed is not None and packed.layout != torch._mkldnn):
+        return _direct(input, weight, bias, padding, unary, channels_last)
+    if packed is None:
+        packed = pack(weight, input.shape, padding)
     x = input.contiguous(memory_format=torch.channels_last)
     b = bias.contiguous() if bias is not None else None
     y = torch.empty((g.n, g.k, g.out_h, g.out_w), dtype=torch.float32,
@@ -192,14 +185,13 @@ def _native(input: Tensor, packed: Tensor, transformed: Tensor, bias: Tensor | N
             raise RuntimeError(f"native Winograd input transform failed (status {status})")
         m = torch.ops.mkldnn._convolution_pointwise(v, packed, None, [0, 0], [1, 1], [1, 1],
                                                     POINTS, "none", [], "")
-        if not m.is_contiguous(memory_format=torch.channels_last):
-            m = m.contiguous(memory_format=torch.channels_last)
+        m = m.contiguous(memory_format=torch.channels_last)
         status = lib.ember_winograd_output_f32(
             m.data_ptr(), b.data_ptr() if b is not None else None, y.data_ptr(), g.n,
             g.out_h, g.out_w, g.k, g.tiles_y, g.tiles_x, t0, chunk, POINTS * g.k, g.k, relu)
         if status:
             raise RuntimeError(f"native Winograd output transform failed (status {status})")
-    return y
+    return y if channels_last else y.contiguous()
 
 
 winograd_conv2d.register_kernel("cpu")(_native)

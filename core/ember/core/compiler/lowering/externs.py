@@ -313,23 +313,33 @@ python_kernels = contextvars.ContextVar("python_kernels", default=True)
 def _convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, output_padding,
                  groups):
     """A float32 CPU 1-d convolution with a short reduction -> ``ember::conv1d_small``
-    (same values up to the summation order); a 16-bit one on a CPU without native 16-bit
-    dot products -> a float32 convolution of the widened operands (ATen's bfloat16
-    convolution on AVX2 is an emulation: ViT's [2,3,32,32] patch embedding took 0.5-0.7 ms);
-    anything else stays ATen's."""
+    (same values up to the summation order); a large enough float32 CPU 3x3, stride-1 2-d
+    one -> ``ember::winograd_conv2d`` (same rounding error); a 16-bit one on a CPU without
+    native 16-bit dot products -> a float32 convolution of the widened operands (ATen's
+    bfloat16 convolution on AVX2 is an emulation: ViT's [2,3,32,32] patch embedding took
+    0.5-0.7 ms); anything else stays ATen's."""
     if ctx.dtype in _NATIVE_16BIT:
         return _float32_matmul(ctx, aten.convolution.default,
                                (x, weight, bias, stride, padding, dilation, transposed,
                                 output_padding, groups), (0, 1) if bias is None else (0, 1, 2))
     if ctx.graph.device != "cpu" or not python_kernels.get() or transposed or groups != 1 or \
-            ctx.dtype != torch.float32 or len(weight.size) != 3 or \
-            not ctx.val.is_contiguous() or \
-            not all(isinstance(t, StridedView) for t in (weight, bias) if t is not None):
+            ctx.dtype != torch.float32 or \
+            not all(isinstance(t, StridedView) for t in (weight, bias) if t is not None) or \
+            weight.dtype != torch.float32 or (bias is not None and bias.dtype != torch.float32):
         raise Decline
     sizes = [sympy.sympify(v) for v in weight.size]
-    if not all(v.is_Integer for v in sizes) or \
-            not 0 < int(sizes[1]) * int(sizes[2]) <= SHORT_CONV_TAPS or \
-            weight.dtype != torch.float32 or (bias is not None and bias.dtype != torch.float32):
+    if not all(v.is_Integer for v in sizes):
+        raise Decline
+    sizes = [int(v) for v in sizes]
+    if len(sizes) == 3:
+        return _short_conv1d(ctx, x, weight, bias, sizes, stride, padding, dilation)
+    if len(sizes) == 4:
+        return _winograd_conv2d(ctx, x, weight, bias, sizes, stride, padding, dilation)
+    raise Decline
+
+
+def _short_conv1d(ctx, x, weight, bias, sizes, stride, padding, dilation):
+    if not ctx.val.is_contiguous() or not 0 < sizes[1] * sizes[2] <= SHORT_CONV_TAPS:
         raise Decline
     from ember.core.nn import conv1d_small
 
@@ -338,6 +348,26 @@ def _convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, ou
     (s,), (p,), (d,) = stride, padding, dilation
     return ctx.graph.extern_call(conv1d_small.conv1d_small.op.default,
                                  (ctx.graph.realize(x), weight, bias, s, p, d), ctx.val)
+
+
+def _winograd_conv2d(ctx, x, weight, bias, sizes, stride, padding, dilation):
+    from ember.core.nn import winograd_conv
+
+    val = ctx.val
+    shape = [sympy.sympify(v) for v in x.size]
+    if sizes[2:] != [3, 3] or list(stride) != [1, 1] or list(dilation) != [1, 1] or \
+            min(padding) < 0 or not all(v.is_Integer for v in shape):
+        raise Decline
+    shape = [int(v) for v in shape]
+    channels_last = val.is_contiguous(memory_format=torch.channels_last) and \
+        not val.is_contiguous()
+    if not (channels_last or val.is_contiguous()) or not winograd_conv.available() or \
+            not winograd_conv.suits(sizes[1], sizes[0], winograd_conv.tiles(shape, padding),
+                                    frozen=False):
+        raise Decline
+    return ctx.graph.extern_call(
+        winograd_conv.winograd_conv2d.op.default,
+        (ctx.graph.realize(x), weight, None, bias, list(padding), "none", channels_last), val)
 
 
 @register(aten.convolution_backward)
