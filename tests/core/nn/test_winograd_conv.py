@@ -130,12 +130,13 @@ def test_routing_rule(cin, cout, tiles, expected):
     assert wg.suits(cin, cout, tiles) is expected
 
 
-@pytest.mark.parametrize("cin, cout, tiles, expected", [
-    (256, 256, 3200, True), (256, 256, 800, True), (64, 64, 3200, True),
-    (256, 256, 50, False),   # the filter's transform and packing per call cost too much
-    (64, 64, 400, False)])
-def test_routing_rule_when_each_call_packs(cin, cout, tiles, expected):
-    assert wg.suits(cin, cout, tiles, frozen=False) is expected
+@pytest.mark.parametrize("cin, cout, tiles, channels_last, expected", [
+    (256, 256, 3200, False, True), (128, 128, 128, False, True), (64, 64, 512, True, True),
+    (256, 256, 50, True, False),   # the filter's transform and packing per call cost more
+    (64, 64, 3200, False, False),  # the NCHW copies cost more
+    (64, 64, 200, True, False)])
+def test_routing_rule_when_each_call_packs(cin, cout, tiles, channels_last, expected):
+    assert wg.suits(cin, cout, tiles, packed_once=False, channels_last=channels_last) is expected
 
 
 def test_chunks_cover_every_tile_in_equal_parts():
@@ -150,8 +151,8 @@ class _Body(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.big = torch.nn.Conv2d(64, 64, 3, padding=1)
-        self.down = torch.nn.Conv2d(64, 64, 3, stride=2, padding=1)
+        self.big = torch.nn.Conv2d(128, 128, 3, padding=1)
+        self.down = torch.nn.Conv2d(128, 64, 3, stride=2, padding=1)
         self.small = torch.nn.Conv2d(64, 64, 3, padding=1)
 
     def forward(self, x):
@@ -165,7 +166,7 @@ def test_compiled_large_convolution_runs_winograd(output_code, channels_last):
     from ember.core import compile as ember_compile
 
     torch.manual_seed(0)
-    model, x = _Body().eval(), torch.randn(2, 64, 40, 40)  # 800 tiles; 200 after the stride
+    model, x = _Body().eval(), torch.randn(2, 128, 40, 40)  # 800 tiles; 200 after the stride
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     torch._dynamo.reset()

@@ -363,7 +363,7 @@ def _winograd_conv2d(ctx, x, weight, bias, sizes, stride, padding, dilation):
         not val.is_contiguous()
     if not (channels_last or val.is_contiguous()) or not winograd_conv.available() or \
             not winograd_conv.suits(sizes[1], sizes[0], winograd_conv.tiles(shape, padding),
-                                    frozen=False):
+                                    packed_once=False, channels_last=channels_last):
         raise Decline
     return ctx.graph.extern_call(
         winograd_conv.winograd_conv2d.op.default,
