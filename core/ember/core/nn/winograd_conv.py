@@ -11,8 +11,8 @@ not used). A NaN or inf input spreads over its whole tile, where the direct conv
 keeps it to the outputs that read it (inf may also become NaN there).
 
 Frozen graphs pass the filter's transform packed once; otherwise each call transforms and
-packs it (2-3% of the time of a 256-channel one at 80 x 80). Where the native kernels do not build,
-or for other dtypes, the op is ATen's direct convolution.
+packs it (2-3% of the time of a 256-channel convolution at 80 x 80). Where the native
+kernels do not build, or for other dtypes, the op is ATen's direct convolution.
 """
 
 from __future__ import annotations
