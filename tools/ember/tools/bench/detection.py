@@ -205,7 +205,8 @@ def run(quick: bool = False, order: list[str] | None = None, threads: list[int] 
     notes.append("-freezing rows: parameters and buffers baked in as constants at compile "
                  "time (Inductor: torch._inductor.config.freezing = True; Ember: "
                  "options={'freezing': True}: folded BatchNorms, prepacked oneDNN convolutions "
-                 "and MKL linears)")
+                 "and MKL linears); Ember's large 3x3 convolutions run Winograd's F(2x2, 3x3) "
+                 "in both of its rows (the filter packed once when frozen, per call if not)")
     title = (f"Faster R-CNN (fasterrcnn_resnet50_fpn) inference end to end: eager vs "
              f"Inductor vs Ember (each also with freezing), {n}x{side}x{side}"
              f"{' (quick)' if quick else ''}")
