@@ -326,3 +326,17 @@ def test_large_3x3_convolutions_run_winograd_and_match_eager(ecompile, packed, m
         for _ in range(2):
             _close(compiled(x), ref, 1e-4)
     assert packed == [4] and routed == [True, True, False, False]
+
+
+def test_flatten_view_of_a_channels_last_output_still_freezes(ecompile, packed, caplog):
+    """A packed convolution's channels-last output reaching a view that needs contiguous
+    strides (VGG's flatten of its pooled features) gets a copy first; freezing used to fail
+    there and the graph ran unfrozen."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten(),
+                      nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 40)).eval()
+    x = torch.randn(4, 3, 12, 12)
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="ember.fallback"):
+        _close(ecompile(m, options=FREEZE)(x), m(x), 1e-5)
+    assert not caplog.text
+    assert packed == [1]  # the convolution (the linears are too skinny to pack)

@@ -196,6 +196,21 @@ def _packed_targets() -> tuple:
     return _PACKED + (winograd_conv.winograd_conv2d.op.default,)
 
 
+# views that need their input's strides to allow them: after a channels-last output reaches
+# one (VGG's flatten of its last pooled features), the input is made contiguous first
+_VIEWS = (aten.view.default, aten._unsafe_view.default)
+
+
+def _contiguous_input(gm: GraphModule, n: Node, fake_mode) -> None:
+    src = n.args[0]
+    with gm.graph.inserting_before(n):
+        copy = gm.graph.call_function(aten.clone.default, (src,),
+                                      {"memory_format": torch.contiguous_format})
+    with fake_mode:
+        copy.meta["val"] = src.meta["val"].clone(memory_format=torch.contiguous_format)
+    n.replace_input_with(src, copy)
+
+
 def propagate(gm: GraphModule, fake_mode) -> None:
     """Recompute every value's fake tensor, so strides follow the channels-last outputs of
     the packed calls (whose values were set when they were made)."""
@@ -203,13 +218,28 @@ def propagate(gm: GraphModule, fake_mode) -> None:
         return a.meta.get("val") if isinstance(a, Node) else a
 
     packed = _packed_targets()
-    with fake_mode:
-        for n in gm.graph.nodes:
-            if n.op != "call_function" or n.target in packed:
-                continue
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target in packed:
+            continue
+        if n.target in _VIEWS and isinstance(n.args[0], Node):
+            v = n.args[0].meta["val"]
+            if not v.is_contiguous() and \
+                    v.is_contiguous(memory_format=torch.channels_last) and \
+                    not _viewable(v, n.args[1], fake_mode):
+                _contiguous_input(gm, n, fake_mode)
+        with fake_mode:
             args = torch.fx.node.map_arg(n.args, val)
             kwargs = torch.fx.node.map_arg(n.kwargs, val)
             n.meta["val"] = n.target(*args, **kwargs)
+
+
+def _viewable(v: torch.Tensor, shape, fake_mode) -> bool:
+    with fake_mode:
+        try:
+            v.view(shape)
+        except (RuntimeError, ValueError):
+            return False
+    return True
 
 
 def _pack_conv(gm: GraphModule, conv: Node, fake_mode) -> bool:
