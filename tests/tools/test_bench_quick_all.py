@@ -1,6 +1,6 @@
 """Every registered benchmark runs in --quick mode and returns a well-formed table.
 
-io, arrow, data, transforms and opinfo (two ops) together take well under a minute on 2
+io, arrow, data, transforms, opinfo (two ops) and conv together take well under a minute on 2
 cores and stay in the fast set; the ones that compile models (compile, zoo) or spawn heavy
 peers (audio, attention) are marked slow.
 """
@@ -12,7 +12,7 @@ import torch
 
 from ember.tools.bench import BENCHMARKS, run
 
-FAST = {"io", "arrow", "data", "transforms", "opinfo"}
+FAST = {"io", "arrow", "data", "transforms", "opinfo", "conv"}
 SLOW = {"audio", "attention", "compile", "zoo", "optim", "aot", "detection"}
 CUDA = {"attention-gpu"}  # rows only where a CUDA device is present
 

@@ -32,6 +32,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
               "compiled AdamW step vs eager foreach, fused and Inductor"),
     "aot": ("ember.tools.bench.aot:run",
             "ahead-of-time packages vs torch's AOTInductor and eager on CPU"),
+    "conv": ("ember.tools.bench.convolution:run",
+             "3x3 convolutions: ATen and oneDNN's direct vs Ember's Winograd F(2x2, 3x3)"),
     "detection": ("ember.tools.bench.detection:run",
                   "Faster R-CNN inference end to end: eager vs Inductor vs ember, graph breaks"),
 }
