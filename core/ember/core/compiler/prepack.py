@@ -7,7 +7,8 @@ blocked layout; a following ``relu``, or ``add`` of a same-shaped tensor (and a 
 after it), runs inside the call. Its output is channels-last, so the layout flows on to the
 next convolution with no reorder per call. A 3x3, stride-1 one with enough channels and
 tiles (``nn.winograd_conv.suits``) runs Winograd's F(2x2, 3x3) instead: 1.2-1.9x faster than
-oneDNN's direct convolution on ResNet-50's and its FPN's, with no larger rounding error.
+oneDNN's direct convolution on ResNet-50's and its FPN's, with rounding error of the same
+order (``ember bench conv``).
 
 Linears: ``addmm`` / ``mm`` by a constant transposed weight with static sizes becomes MKL's
 ``mkl._mkl_linear`` on a weight packed for the batch size (another batch size runs the

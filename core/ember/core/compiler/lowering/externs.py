@@ -314,10 +314,10 @@ def _convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, ou
                  groups):
     """A float32 CPU 1-d convolution with a short reduction -> ``ember::conv1d_small``
     (same values up to the summation order); a large enough float32 CPU 3x3, stride-1 2-d
-    one -> ``ember::winograd_conv2d`` (same rounding error); a 16-bit one on a CPU without
-    native 16-bit dot products -> a float32 convolution of the widened operands (ATen's
-    bfloat16 convolution on AVX2 is an emulation: ViT's [2,3,32,32] patch embedding took
-    0.5-0.7 ms); anything else stays ATen's."""
+    one -> ``ember::winograd_conv2d`` (rounding error of the same order); a 16-bit one on
+    a CPU without native 16-bit dot products -> a float32 convolution of the widened
+    operands (ATen's bfloat16 convolution on AVX2 is an emulation: ViT's [2,3,32,32] patch
+    embedding took 0.5-0.7 ms); anything else stays ATen's."""
     if ctx.dtype in _NATIVE_16BIT:
         return _float32_matmul(ctx, aten.convolution.default,
                                (x, weight, bias, stride, padding, dilation, transposed,
