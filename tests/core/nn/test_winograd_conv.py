@@ -3,10 +3,13 @@ float64, its native and torch-op paths, and the sizes the compiler routes to it.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+from ember.core.compiler.runtime import build, isa
 from ember.core.nn import winograd_conv as wg
 
 pytestmark = pytest.mark.skipif(not wg.available(), reason="no C++ compiler or no oneDNN")
@@ -63,6 +66,26 @@ def test_packed_per_call_matches_conv2d(shape):
     x, weight, b, padding, unary = _case(shape)
     got = _run(x, weight, b, padding, unary, channels_last=False)
     _check(got, _reference(x, weight, b, padding, unary), channels_last=False)
+
+
+# the kernels built for the CPU's own level and for AVX2 (x86-64-v3): CI may land on either
+LEVELS = ["native"] + (["x86-64-v3"] if isa.LEVELS["x86-64-v3"].needs <= isa.cpu_flags()
+                       else [])
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_each_instruction_set_level(level, monkeypatch):
+    monkeypatch.setenv(isa.ENV, level)
+    lib = build.load_kernels(wg.__package__, "winograd_conv.cpp", wg._SIGNATURES,
+                             "Winograd kernels", logging.getLogger(__name__))
+    assert lib is not None
+    monkeypatch.setattr(wg, "_library", lambda: lib)
+    for shape in SHAPES:
+        x, weight, b, padding, unary = _case(shape, seed=3)
+        ref = _reference(x, weight, b, padding, unary)
+        _check(_run(x, weight, b, padding, unary, wg.pack(weight, x.shape, padding)), ref)
+        _check(_run(x, weight, b, padding, unary, channels_last=False), ref,
+               channels_last=False)
 
 
 def test_packed_weight_reaches_the_native_kernel(monkeypatch):
