@@ -201,3 +201,25 @@ def test_compiled_large_convolution_runs_winograd(output_code, channels_last):
     assert wrapper.count("ember.winograd_conv2d") == 1, wrapper
     assert wrapper.count("aten.convolution") == 2, wrapper
     torch._dynamo.reset()
+
+
+def test_training_step_uses_it_and_gradients_match(output_code):
+    """In a training graph the forward convolution runs Winograd; the backward is ATen's
+    (it reads the inputs and the weight, not the output)."""
+    from ember.core import compile as ember_compile
+
+    torch.manual_seed(0)
+    model, x = _Body(), torch.randn(2, 128, 40, 40)
+    ref_model = _Body()
+    ref_model.load_state_dict(model.state_dict())
+    torch._dynamo.reset()
+    out = ember_compile(model, options={"strict": True})(x)
+    out.square().mean().backward()
+    ref = ref_model(x)
+    ref.square().mean().backward()
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    for p, q in zip(model.parameters(), ref_model.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-3)
+    forward = "\n".join(output_code).split("wrapper:")[1]
+    assert forward.count("ember.winograd_conv2d") == 1, forward  # the big convolution
+    torch._dynamo.reset()
