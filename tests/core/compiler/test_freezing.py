@@ -288,8 +288,8 @@ def test_graph_holding_tensors_of_its_own_still_freezes(packed):
 
 
 class WinogradNet(nn.Module):
-    """3x3 convolutions: two large enough for Winograd (one with a folded BatchNorm and a
-    relu, one plain), then a strided one and a residual one that keep oneDNN's."""
+    """3x3 convolutions: three large enough for Winograd (one with a folded BatchNorm and a
+    relu, one plain, one with a residual add fused), then a strided one that keeps oneDNN's."""
 
     def __init__(self):
         super().__init__()
@@ -325,7 +325,7 @@ def test_large_3x3_convolutions_run_winograd_and_match_eager(ecompile, packed, m
         compiled = ecompile(m, options=FREEZE)
         for _ in range(2):
             _close(compiled(x), ref, 1e-4)
-    assert packed == [4] and routed == [True, True, False, False]
+    assert packed == [4] and routed == [True, True, True, False]
 
 
 def test_flatten_view_of_a_channels_last_output_still_freezes(ecompile, packed, caplog):

@@ -48,8 +48,8 @@ def _check(got, ref, channels_last=True):
     assert ((got.double() - ref).abs().max() / scale).item() < 5e-6
 
 
-def _run(x, weight, b, padding, unary, packed=None, channels_last=True):
-    return wg.winograd_conv2d(x, weight, packed, b, padding, unary, channels_last)
+def _run(x, weight, b, padding, unary, packed=None, channels_last=True, other=None):
+    return wg.winograd_conv2d(x, weight, packed, b, other, padding, unary, channels_last)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -86,6 +86,21 @@ def test_each_instruction_set_level(level, monkeypatch):
         _check(_run(x, weight, b, padding, unary, wg.pack(weight, x.shape, padding)), ref)
         _check(_run(x, weight, b, padding, unary, channels_last=False), ref,
                channels_last=False)
+
+
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[1], SHAPES[4]])
+@pytest.mark.parametrize("other_channels_last", [True, False])
+def test_residual_add_before_the_relu(shape, other_channels_last):
+    """A frozen ResNet block's second convolution: conv + bias + identity, then relu."""
+    x, weight, b, padding, unary = _case(shape)
+    ref = _reference(x, weight, b, padding, "none")
+    other = torch.randn(ref.shape, generator=torch.Generator().manual_seed(5))
+    if other_channels_last:
+        other = other.contiguous(memory_format=torch.channels_last)
+    ref = (ref + other.double()).relu()
+    _check(_run(x, weight, b, padding, "relu", wg.pack(weight, x.shape, padding),
+                other=other), ref)
+    _check(_run(x, weight, b, padding, "relu", other=other), ref)
 
 
 def test_packed_weight_reaches_the_native_kernel(monkeypatch):

@@ -116,9 +116,10 @@ extern "C" int ember_winograd_input_f32(const float* x, float* v, int64_t n, int
 }
 
 // m: the 16 products of tiles t0 .. t0 + count - 1 (k output channels each), laid out like v
-// above; y: (n, out_h, out_w, k) contiguous. Adds bias (or nothing when null) and clamps at
-// zero when relu is set. Tiles past the last real one are skipped.
-extern "C" int ember_winograd_output_f32(const float* m, const float* bias, float* y,
+// above; y: (n, out_h, out_w, k) contiguous. Adds bias, then other (laid out as y), each
+// unless null, and clamps at zero when relu is set. Tiles past the last real one are skipped.
+extern "C" int ember_winograd_output_f32(const float* m, const float* bias, const float* other,
+                                         float* y,
                                          int64_t n, int64_t out_h, int64_t out_w, int64_t k,
                                          int64_t tiles_y, int64_t tiles_x, int64_t t0,
                                          int64_t count, int64_t tile_stride,
@@ -137,14 +138,18 @@ extern "C" int ember_winograd_output_f32(const float* m, const float* bias, floa
     // outputs past the bottom or right edge go to a scratch row that is never read
     std::vector<float> spill;
     float* __restrict__ o[4];
+    const float* add[4];
     for (int r = 0; r < 2; ++r) {
       for (int s = 0; s < 2; ++s) {
         const int64_t yy = tile.y + r, xx = tile.x + s;
         if (yy < out_h && xx < out_w) {
-          o[r * 2 + s] = y + ((tile.b * out_h + yy) * out_w + xx) * k;
+          const int64_t at = ((tile.b * out_h + yy) * out_w + xx) * k;
+          o[r * 2 + s] = y + at;
+          add[r * 2 + s] = other != nullptr ? other + at : zeros.data();
         } else {
           if (spill.empty()) spill.resize(k);
           o[r * 2 + s] = spill.data();
+          add[r * 2 + s] = zeros.data();
         }
       }
     }
@@ -159,8 +164,8 @@ extern "C" int ember_winograd_output_f32(const float* m, const float* bias, floa
         s[1][col] = m1 - m2 - m3;
       }
       for (int r = 0; r < 2; ++r) {  // columns: (A^T M) A
-        float a = s[r][0] + s[r][1] + s[r][2] + b[ch];
-        float e = s[r][1] - s[r][2] - s[r][3] + b[ch];
+        float a = (s[r][0] + s[r][1] + s[r][2] + b[ch]) + add[r * 2 + 0][ch];
+        float e = (s[r][1] - s[r][2] - s[r][3] + b[ch]) + add[r * 2 + 1][ch];
         if (clamp) {
           a = a < 0.0f ? 0.0f : a;  // NaN passes through, as torch's relu keeps it
           e = e < 0.0f ? 0.0f : e;

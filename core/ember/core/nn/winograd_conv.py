@@ -1,10 +1,13 @@
 """``ember::winograd_conv2d``: a float32 3x3, stride-1 2-d convolution by Winograd's
-F(2x2, 3x3) algorithm, for frozen CPU graphs (``compiler.prepack`` routes convolutions here).
+F(2x2, 3x3) algorithm, with the bias, a residual add and a ReLU fused; the compiler routes
+large enough convolutions here (``compiler.prepack`` in frozen graphs, ``lowering.externs``
+otherwise).
 
 Each 2x2 block of outputs (a tile) takes 16 multiplications per channel pair where the direct
 convolution takes 36; the 16 channel reductions are one grouped 1x1 convolution run by
 oneDNN on a weight packed once. ``winograd_conv.cpp`` (built through ``runtime.build``)
-moves the tiles in and out of that form, a chunk of tiles at a time so they stay in cache.
+moves the tiles in and out of that form, a chunk of tiles at a time so they stay in cache,
+and adds the bias and the residual in its output transform.
 Its rounding error is of the direct convolution's order, as the transforms only add,
 subtract and halve (3-6e-7 of the largest output against eager's 2.5-3.6e-7 in ``ember bench
 conv``); the larger F(4x4, 3x3) measured ten times less accurate in float32 and is not
@@ -39,14 +42,14 @@ TILE = 2     # outputs per tile side
 
 winograd_conv2d = kernels.define(
     "ember::winograd_conv2d",
-    "(Tensor input, Tensor weight, Tensor? packed, Tensor? bias, int[2] padding, str unary, "
-    "bool channels_last) -> Tensor")
+    "(Tensor input, Tensor weight, Tensor? packed, Tensor? bias, Tensor? other, int[2] padding, "
+    "str unary, bool channels_last) -> Tensor")
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 _SIGNATURES = {
     "ember_winograd_weight_f32": [_P, _P, _I, _I],
     "ember_winograd_input_f32": [_P, _P] + [_I] * 12,
-    "ember_winograd_output_f32": [_P, _P, _P] + [_I] * 11,
+    "ember_winograd_output_f32": [_P, _P, _P, _P] + [_I] * 11,
 }
 
 
@@ -84,12 +87,12 @@ def tiles(input_shape, padding) -> int:
 def suits(in_channels: int, out_channels: int, n_tiles: int, packed_once: bool = True,
           channels_last: bool = True) -> bool:
     """Whether this algorithm beats oneDNN's direct convolution at these sizes: its matrix
-    products need enough channels and tiles. Measured on 3x3 convolutions at 1 and 2 threads:
-    with the filter packed once, 1.1-1.9x faster for ResNet-50's and its FPN's (64-512
-    channels, 50-3200 tiles), 0.3-0.95x with 16-32 channels or under about 10,000
-    tile-channels. Packed per call (and an NCHW input and output copied), 1.05-1.75x from
-    128 channels and 128 tiles, while 64 channels pay off only channels-last from 512 tiles
-    (1.3x; 0.9-1.05x in NCHW)."""
+    products need enough channels and tiles. ``ember bench conv`` (1 and 2 threads): with
+    the filter packed once, 1.1-1.7x faster on ResNet-50's, VGG-16's and the FPN's shapes
+    (64-512 channels, 49-12544 tiles), 0.9-1.1x on 16 tiles, 0.9-1.0x with 32 channels.
+    Packed per call from NCHW (the input and output copied), 1.0-1.5x eager from 128
+    channels and 128 tiles, 0.2-1.04x below; 64 channels pay off only channels-last from
+    512 tiles (1.3x, measured apart)."""
     small = min(in_channels, out_channels)
     if packed_once:
         return small >= 64 and n_tiles >= 32 and n_tiles * small >= 10_000
@@ -144,39 +147,44 @@ def _format(channels_last: bool) -> torch.memory_format:
 
 
 @winograd_conv2d.register_fake
-def _(input, weight, packed, bias, padding, unary, channels_last):
+def _(input, weight, packed, bias, other, padding, unary, channels_last):
     g = _geometry(input, weight, padding)
     return input.new_empty((g.n, g.k, g.out_h, g.out_w), memory_format=_format(channels_last))
 
 
-def _direct(input: Tensor, weight: Tensor, bias: Tensor | None, padding, unary: str,
-            channels_last: bool) -> Tensor:
+def _direct(input: Tensor, weight: Tensor, bias: Tensor | None, other: Tensor | None,
+            padding, unary: str, channels_last: bool) -> Tensor:
     """ATen's direct convolution, for what the native path does not take."""
     y = F.conv2d(input, weight, bias, padding=list(padding))
+    if other is not None:
+        y = y + other
     if unary == "relu":
         y = torch.relu(y)
     return y.contiguous(memory_format=_format(channels_last))
 
 
 @winograd_conv2d.register_kernel("portable")
-def _(input, weight, packed, bias, padding, unary, channels_last):
-    return _direct(input, weight, bias, padding, unary, channels_last)
+def _(input, weight, packed, bias, other, padding, unary, channels_last):
+    return _direct(input, weight, bias, other, padding, unary, channels_last)
 
 
 def _native(input: Tensor, weight: Tensor, packed: Tensor | None, bias: Tensor | None,
-            padding, unary: str, channels_last: bool) -> Tensor:
+            other: Tensor | None, padding, unary: str, channels_last: bool) -> Tensor:
     lib = _library()
     g = _geometry(input, weight, padding)
     if lib is None or input.dtype != torch.float32 or weight.dtype != torch.float32 or \
             tuple(weight.shape[1:]) != (g.c, 3, 3) or (
                 bias is not None and bias.dtype != torch.float32) or g.out_h < 1 or \
             g.out_w < 1 or min(padding) < 0 or g.n == 0 or \
-            (packed is not None and packed.layout != torch._mkldnn):
-        return _direct(input, weight, bias, padding, unary, channels_last)
+            (packed is not None and packed.layout != torch._mkldnn) or (
+                other is not None and (other.dtype != torch.float32 or
+                                       other.shape != (g.n, g.k, g.out_h, g.out_w))):
+        return _direct(input, weight, bias, other, padding, unary, channels_last)
     if packed is None:
         packed = pack(weight, input.shape, padding)
     x = input.contiguous(memory_format=torch.channels_last)
     b = bias.contiguous() if bias is not None else None
+    o = other.contiguous(memory_format=torch.channels_last) if other is not None else None
     y = torch.empty((g.n, g.k, g.out_h, g.out_w), dtype=torch.float32,
                     memory_format=torch.channels_last)
     total = g.n * g.tiles_y * g.tiles_x
@@ -194,7 +202,8 @@ def _native(input: Tensor, weight: Tensor, packed: Tensor | None, bias: Tensor |
                                                     POINTS, "none", [], "")
         m = m.contiguous(memory_format=torch.channels_last)
         status = lib.ember_winograd_output_f32(
-            m.data_ptr(), b.data_ptr() if b is not None else None, y.data_ptr(), g.n,
+            m.data_ptr(), b.data_ptr() if b is not None else None,
+            o.data_ptr() if o is not None else None, y.data_ptr(), g.n,
             g.out_h, g.out_w, g.k, g.tiles_y, g.tiles_x, t0, chunk, POINTS * g.k, g.k, relu)
         if status:
             raise RuntimeError(f"native Winograd output transform failed (status {status})")

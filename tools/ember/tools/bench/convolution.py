@@ -51,9 +51,9 @@ def _candidates(x, w, b, packed_direct, packed_winograd):
         "eager": lambda: F.conv2d(x, w, b, padding=1),
         "onednn-packed": lambda: torch.ops.mkldnn._convolution_pointwise(
             x_cl, packed_direct, b, pad, [1, 1], [1, 1], 1, "none", [], ""),
-        "winograd-packed": lambda: wg.winograd_conv2d(x_cl, w, packed_winograd, b, pad, "none",
-                                                      True),
-        "winograd-per-call": lambda: wg.winograd_conv2d(x, w, None, b, pad, "none", False),
+        "winograd-packed": lambda: wg.winograd_conv2d(x_cl, w, packed_winograd, b, None, pad,
+                                                      "none", True),
+        "winograd-per-call": lambda: wg.winograd_conv2d(x, w, None, b, None, pad, "none", False),
     }
 
 

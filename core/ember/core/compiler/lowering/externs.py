@@ -367,7 +367,8 @@ def _winograd_conv2d(ctx, x, weight, bias, sizes, stride, padding, dilation):
         raise Decline
     return ctx.graph.extern_call(
         winograd_conv.winograd_conv2d.op.default,
-        (ctx.graph.realize(x), weight, None, bias, list(padding), "none", channels_last), val)
+        (ctx.graph.realize(x), weight, None, bias, None, list(padding), "none", channels_last),
+        val)
 
 
 @register(aten.convolution_backward)
