@@ -340,3 +340,33 @@ def test_flatten_view_of_a_channels_last_output_still_freezes(ecompile, packed, 
         _close(ecompile(m, options=FREEZE)(x), m(x), 1e-5)
     assert not caplog.text
     assert packed == [1]  # the convolution (the linears are too skinny to pack)
+
+
+def test_residual_after_a_max_pool_is_fused(ecompile, monkeypatch):
+    """Packing runs in graph order on current layouts: the identity a max pool makes from a
+    packed (channels-last) convolution is channels-last when the add after the next
+    convolution is considered, so that add is fused into it (ResNet's first block)."""
+    fusions = []
+    fusion = prepack._fusion
+
+    def spy(conv):
+        fusions.append(fusion(conv))
+        return fusions[-1]
+
+    monkeypatch.setattr(prepack, "_fusion", spy)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem, self.pool = nn.Conv2d(3, 8, 3, padding=1), nn.MaxPool2d(2)
+            self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+        def forward(self, x):
+            y = self.pool(torch.relu(self.stem(x)))
+            return torch.relu(self.conv(y) + y)
+
+    torch.manual_seed(0)
+    m, x = Block().eval(), torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        _close(ecompile(m, options=FREEZE)(x), m(x), 1e-5)
+    assert [f.unary for f in fusions] == ["relu", "relu"] and fusions[1].other is not None

@@ -213,26 +213,22 @@ def _contiguous_input(gm: GraphModule, n: Node, fake_mode) -> None:
     n.replace_input_with(src, copy)
 
 
-def propagate(gm: GraphModule, fake_mode) -> None:
-    """Recompute every value's fake tensor, so strides follow the channels-last outputs of
-    the packed calls (whose values were set when they were made)."""
+def _refresh(gm: GraphModule, n: Node, fake_mode) -> None:
+    """Recompute ``n``'s fake value from its inputs' current ones, so strides follow the
+    channels-last outputs of the packed calls before it (a view they no longer allow gets a
+    contiguous input first)."""
     def val(a):
         return a.meta.get("val") if isinstance(a, Node) else a
 
-    packed = _packed_targets()
-    for n in list(gm.graph.nodes):
-        if n.op != "call_function" or n.target in packed:
-            continue
-        if n.target in _VIEWS and isinstance(n.args[0], Node):
-            v = n.args[0].meta["val"]
-            if not v.is_contiguous() and \
-                    v.is_contiguous(memory_format=torch.channels_last) and \
-                    not _viewable(v, n.args[1], fake_mode):
-                _contiguous_input(gm, n, fake_mode)
-        with fake_mode:
-            args = torch.fx.node.map_arg(n.args, val)
-            kwargs = torch.fx.node.map_arg(n.kwargs, val)
-            n.meta["val"] = n.target(*args, **kwargs)
+    if n.target in _VIEWS and isinstance(n.args[0], Node):
+        v = n.args[0].meta["val"]
+        if not v.is_contiguous() and v.is_contiguous(memory_format=torch.channels_last) and \
+                not _viewable(v, n.args[1], fake_mode):
+            _contiguous_input(gm, n, fake_mode)
+    with fake_mode:
+        args = torch.fx.node.map_arg(n.args, val)
+        kwargs = torch.fx.node.map_arg(n.kwargs, val)
+        n.meta["val"] = n.target(*args, **kwargs)
 
 
 def _viewable(v: torch.Tensor, shape, fake_mode) -> bool:
@@ -299,11 +295,16 @@ def apply(gm: GraphModule, fake_mode) -> int:
     """Pack every convolution and linear that qualifies; returns how many."""
     if not available() or fake_mode is None:
         return 0
-    packed = 0
+    packed, made = 0, _packed_targets()
+    # in graph order, so a fusion decision sees the layouts the packed calls before it give
+    # (ResNet's identity after a max pool is channels-last by the time its add is fused)
     for node in list(gm.graph.nodes):
-        packer = PACKERS.get(node.target) if node.op == "call_function" else None
+        if node.op != "call_function" or getattr(node, "_erased", False) or \
+                node.target in made:
+            continue
+        packer = PACKERS.get(node.target)
         if packer is not None and packer(gm, node, fake_mode):
             packed += 1
-    if packed:
-        propagate(gm, fake_mode)
+        elif packed:
+            _refresh(gm, node, fake_mode)
     return packed
