@@ -146,13 +146,9 @@ def _winograd(gm: GraphModule, conv: Node, weight, fusion: Fusion, fake_mode) ->
     from ember.core.nn import winograd_conv
 
     x, w, b, stride, padding, dilation, _t, _op, groups = conv.args
-    if tuple(weight.shape[2:]) != (3, 3) or groups != 1 or \
-            tuple(stride) != (1, 1) or tuple(dilation) != (1, 1) or min(padding) < 0:
-        return False
     shape = list(x.meta["val"].shape)
-    k, c = weight.shape[:2]
-    if not winograd_conv.suits(c, k, winograd_conv.tiles(shape, padding)) or \
-            not winograd_conv.available():
+    if not winograd_conv.applies(list(weight.shape), shape, stride, padding, dilation, groups,
+                                 packed_once=True):
         return False
     last = fusion.nodes[-1]
     packed = add_constant(gm, winograd_conv.pack(weight, shape, padding), last, "_packed")

@@ -32,7 +32,7 @@ from torch import Tensor
 from ember.core import kernels
 from ember.core.logs import get_logger
 
-__all__ = ["available", "chunk_tiles", "pack", "suits", "tiles", "transform_weight",
+__all__ = ["applies", "available", "chunk_tiles", "pack", "suits", "tiles", "transform_weight",
            "winograd_conv2d"]
 
 _log = get_logger("kernels")
@@ -99,6 +99,17 @@ def suits(in_channels: int, out_channels: int, n_tiles: int, packed_once: bool =
     if small >= 128:
         return n_tiles >= 128
     return small >= 64 and channels_last and n_tiles >= 512
+
+
+def applies(weight_shape, input_shape, stride, padding, dilation, groups, *,
+            packed_once: bool, channels_last: bool = True) -> bool:
+    """The routing decision both compiler routes (frozen packing, the lowering) ask: a 3x3,
+    stride-1, undilated, ungrouped convolution at sizes that ``suits``, with the native
+    kernels available here."""
+    k, c, *kernel = weight_shape
+    return list(kernel) == [3, 3] and groups == 1 and list(stride) == [1, 1] and \
+        list(dilation) == [1, 1] and min(padding) >= 0 and \
+        suits(c, k, tiles(input_shape, padding), packed_once, channels_last) and available()
 
 
 def transform_weight(weight: Tensor) -> Tensor:

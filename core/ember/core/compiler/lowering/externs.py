@@ -334,7 +334,7 @@ def _convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, ou
     if len(sizes) == 3:
         return _short_conv1d(ctx, x, weight, bias, sizes, stride, padding, dilation)
     if len(sizes) == 4:
-        return _winograd_conv2d(ctx, x, weight, bias, sizes, stride, padding, dilation)
+        return _winograd_conv2d(ctx, x, weight, bias, sizes, stride, padding, dilation, groups)
     raise Decline
 
 
@@ -350,20 +350,18 @@ def _short_conv1d(ctx, x, weight, bias, sizes, stride, padding, dilation):
                                  (ctx.graph.realize(x), weight, bias, s, p, d), ctx.val)
 
 
-def _winograd_conv2d(ctx, x, weight, bias, sizes, stride, padding, dilation):
+def _winograd_conv2d(ctx, x, weight, bias, sizes, stride, padding, dilation, groups):
     from ember.core.nn import winograd_conv
 
     val = ctx.val
     shape = [sympy.sympify(v) for v in x.size]
-    if sizes[2:] != [3, 3] or list(stride) != [1, 1] or list(dilation) != [1, 1] or \
-            min(padding) < 0 or not all(v.is_Integer for v in shape):
+    if not all(v.is_Integer for v in shape):
         raise Decline
-    shape = [int(v) for v in shape]
     channels_last = val.is_contiguous(memory_format=torch.channels_last) and \
         not val.is_contiguous()
-    if not (channels_last or val.is_contiguous()) or not winograd_conv.available() or \
-            not winograd_conv.suits(sizes[1], sizes[0], winograd_conv.tiles(shape, padding),
-                                    packed_once=False, channels_last=channels_last):
+    if not (channels_last or val.is_contiguous()) or not winograd_conv.applies(
+            sizes, [int(v) for v in shape], stride, padding, dilation, groups, packed_once=False,
+            channels_last=channels_last):
         raise Decline
     return ctx.graph.extern_call(
         winograd_conv.winograd_conv2d.op.default,
