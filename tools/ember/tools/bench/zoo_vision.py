@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ember.tools.bench import zoo, zoo_store, zoo_suite
+from ember.tools.bench import zoo, zoo_detections, zoo_store, zoo_suite
 from ember.tools.bench.harness import BenchResult
 
 FAMILIES = ("classification", "segmentation", "video", "detection")
@@ -140,6 +140,7 @@ def _detector(name: str) -> Callable[[bool], zoo.Workload]:
             if "keypoint" in name:
                 t["keypoints"] = torch.tensor([[[8.0, 10.0, 1.0]] * 17])
             targets.append(t)
+        zoo_detections.unit_layers(model, (images,))
         return zoo.Workload(model, (images,), lambda out: sum(out.values()),
                             train_args=(images, targets))
     return build
