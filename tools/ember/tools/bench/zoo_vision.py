@@ -217,7 +217,9 @@ def run(quick: bool = False, models: str | None = None,
                  "auxiliary head, which needs 299, maxvit 224, vit built at that size), "
                  "segmentation 2x3x64x64 (loss: mean square of the "
                  "outputs), video 2x3x4x48x48, detection 2 images 128x128 (64 quick) with one "
-                 f"box each, score threshold 0; {NUM_CLASSES} classes; random weights")
+                 f"box each, score threshold 0; {NUM_CLASSES} classes; random weights "
+                 "(a detector's rescaled once on its images so each layer's product has unit "
+                 f"RMS, box deltas {zoo_detections.BOX_DELTA_RMS:g}: see zoo_detections)")
     notes.append("models: " + ", ".join(names)
                  + ("" if quick or set(names) == set(available) else " (a subset)"))
     if set(modes) != set(zoo.MODES):
