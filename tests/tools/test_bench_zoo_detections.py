@@ -146,6 +146,14 @@ def test_an_image_count_that_differs_fails():
     assert not zoo._accurate(_float(ref)[:1], _float(ref), ref, F32)
 
 
+def test_without_a_float64_reference_only_eagers_tolerance_passes():
+    ref = _ref()
+    eager = _float(ref)
+    assert zoo._accurate(_jitter(ref, 1e-5), eager, None, F32)
+    failures = zoo._accuracy_failures(_swap_last(ref), eager, None, F32)
+    assert failures and "no float64 reference" in failures[0]
+
+
 @pytest.mark.parametrize("name", ["fasterrcnn_mobilenet_v3_large_320_fpn",
                                   "retinanet_resnet50_fpn"])
 def test_the_zoo_detector_workloads_keep_float64s_detections_in_float32(name):

@@ -105,6 +105,8 @@ def failures(result, eager, ref64, tol: float, multiplier: float) -> list[str]:
     must be within ``multiplier`` x eager's RMS error from float64 plus tol / 10 of float64's
     RMS.
     """
+    if ref64 is None:
+        return ["detections: not within tol of eager's, and no float64 reference to judge by"]
     if not (is_detections(result) and is_detections(ref64)) or len(result) != len(eager) or \
             len(ref64) != len(eager):
         return ["detections: the images' count differs from eager's or float64's"]
