@@ -160,9 +160,11 @@ def unit_layers(model: torch.nn.Module, args: tuple) -> torch.nn.Module:
 
     def rescale(module, _inputs, output):
         handles.pop(module).remove()   # the first call sets the scale
-        bias = 0.0 if module.bias is None else \
-            module.bias.view(-1, *([1] * (output.dim() - 2))) if output.dim() > 2 and \
-            not isinstance(module, torch.nn.Linear) else module.bias
+        bias = 0.0 if module.bias is None else module.bias
+        if module.bias is not None and not isinstance(module, torch.nn.Linear):
+            shape = [1] * output.dim()   # channels precede the spatial dims
+            shape[output.dim() - (module.weight.dim() - 2) - 1] = -1
+            bias = module.bias.view(shape)
         product = output - bias
         rms = float(product.detach().double().pow(2).mean().sqrt())
         if rms > 0 and math.isfinite(rms):
