@@ -42,17 +42,13 @@ def is_detections(out) -> bool:
 
 
 def _box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """IoU of every box of ``a`` [N, 4] with every box of ``b`` [M, 4] (x1, y1, x2, y2), each
-    grown by :data:`PAD` pixels a side, so boxes clipped to a line at the image's edge (an
+    """ember.vision's pairwise IoU of ``a`` [N, 4] and ``b`` [M, 4] in float64, each box grown
+    by :data:`PAD` pixels a side, so boxes clipped to a line at the image's edge (an
     untrained head's) compare too."""
+    from ember.vision.ops import box_iou
+
     grow = torch.tensor([-PAD, -PAD, PAD, PAD], dtype=torch.float64)
-    a, b = a.detach().double() + grow, b.detach().double() + grow
-    area = lambda t: (t[:, 2] - t[:, 0]).clamp(min=0) * (t[:, 3] - t[:, 1]).clamp(min=0)
-    lt = torch.max(a[:, None, :2], b[None, :, :2])
-    rb = torch.min(a[:, None, 2:], b[None, :, 2:])
-    inter = (rb - lt).clamp(min=0).prod(-1)
-    union = area(a)[:, None] + area(b)[None, :] - inter
-    return torch.where(union > 0, inter / union.clamp(min=1e-300), torch.zeros_like(union))
+    return box_iou(a.detach().double() + grow, b.detach().double() + grow)
 
 
 def _min_iou(tol: float) -> float:
