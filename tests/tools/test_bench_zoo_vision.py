@@ -96,15 +96,45 @@ def test_zoo_modes_choose_the_runs_and_are_checked(monkeypatch):
         zoo_vision.run(quick=True)
 
 
-def test_a_stored_part_of_other_modes_is_not_reused(monkeypatch, tmp_path):
+def test_a_stored_part_gets_only_its_missing_runs_measured(monkeypatch, tmp_path):
     monkeypatch.setattr(zoo, "BACKENDS", ("ember",))
     monkeypatch.setattr(zoo_vision, "table",
                         lambda: {"tiny": zoo_vision.VisionModel("classification", _tiny)})
     monkeypatch.setenv("EMBER_ZOO_MODES", "inference")
-    zoo.run(quick=True, suite="vision", models="tiny", store=str(tmp_path))
+    first = zoo.run(quick=True, suite="vision", models="tiny", store=str(tmp_path))
+    assert [r[2:4] for r in first.rows] == [["inference", "float32"], ["inference", "amp"]]
+    asked, measure = [], zoo_suite.measure
+
+    def recording(suite, name, entry, *args):
+        asked.append(list(entry.cases))
+        return measure(suite, name, entry, *args)
+
+    monkeypatch.setattr(zoo_suite, "measure", recording)
     monkeypatch.delenv("EMBER_ZOO_MODES")
-    with pytest.raises(zoo_store.StoreError, match="tiny.json holds the runs"):
-        zoo.run(quick=True, suite="vision", models="tiny", store=str(tmp_path))
+    full = zoo.run(quick=True, suite="vision", models="tiny", store=str(tmp_path))
+    assert asked == [[("training", "float32"), ("training", "amp")]]
+    assert full.rows[:2] == first.rows
+    assert [r[2:4] for r in full.rows[2:]] == [["training", "float32"], ["training", "amp"]]
+    kept = zoo_store.load(tmp_path, "tiny", zoo_suite.columns(("ember",)))
+    assert kept.rows == full.rows and len(kept.sittings) == 1
+    assert kept.sittings[0]["machine"] == kept.machine
+
+    monkeypatch.setenv("EMBER_ZOO_MODES", "training")
+    again = zoo.run(quick=True, suite="vision", models="tiny", store=str(tmp_path))
+    assert asked == [[("training", "float32"), ("training", "amp")]]   # nothing measured
+    assert again.rows == full.rows[2:]
+    assert "ember: 2/2 runs compile and match eager" in again.notes[0]
+
+
+def test_store_merge_refuses_a_run_kept_twice(tmp_path):
+    cols = zoo_suite.columns(("ember",))
+    row = ["tiny", "classification", "inference", "amp", 1.0, "yes", 1.0, 0.1, 0, "none"]
+    part = zoo_store.Part("tiny", cols, [row])
+    with pytest.raises(zoo_store.StoreError, match="cannot add"):
+        zoo_store.merge(part, zoo_store.Part("tiny", cols, [list(row)]))
+    zoo_store.save(tmp_path, zoo_store.Part("tiny", cols, [row, list(row)]))
+    with pytest.raises(zoo_store.StoreError, match="holds a run twice"):
+        zoo_store.load(tmp_path, "tiny", cols)
 
 
 def test_vision_suite_names_are_checked_and_reach_the_cli(monkeypatch):

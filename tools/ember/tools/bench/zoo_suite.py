@@ -71,19 +71,24 @@ def tally(cols: list[str], rows: Iterable[list], backends) -> tuple[dict, dict]:
     return passed, speedups
 
 
-def _check_runs(part: zoo_store.Part, cases: list[tuple[str, str]], folder: Path) -> None:
-    """A stored part must hold the runs asked for now (a folder filled with
-    ``EMBER_ZOO_MODES=inference`` would otherwise leave a full run without training rows)."""
-    stored = [(row[2], row[3]) for row in part.rows]
-    if stored != list(cases):
-        raise zoo_store.StoreError(
-            f"stored zoo part {folder / (part.model + '.json')} holds the runs {stored}, this "
-            f"run asks for {list(cases)}; delete it or use another --store folder")
+def _stored(suite: str, name: str, entry: Entry, quick: bool, device: str, rounds: int,
+            cols: list[str], tolerance: Callable[[str, str], float], folder: Path,
+            part: zoo_store.Part) -> zoo_store.Part:
+    """``part`` (stored) for this run's cases: the runs it lacks measured now and kept with it."""
+    missing = [case for case in entry.cases if case not in part.runs()]
+    if missing:
+        _report(f"{suite} {name}: stored runs {part.runs()}, measuring {missing}")
+        new = measure(suite, name, Entry(entry.family, entry.build, missing), quick, device,
+                      rounds, cols, tolerance)
+        part = zoo_store.merge(part, new)
+        zoo_store.save(folder, part)
+    return zoo_store.select(part, entry.cases)
 
 
 def run(suite: str, table: dict[str, Entry], names: list[str], quick: bool, device: str,
         tolerance: Callable[[str, str], float], store: str | None) -> list[zoo_store.Part]:
-    """Each named model's part: from ``store`` when kept there, else measured (and kept)."""
+    """Each named model's part: from ``store`` when kept there (its missing runs measured and
+    added), else measured (and kept)."""
     rounds = 3 if quick else 5
     cols = columns(zoo.BACKENDS)
     folder = Path(store) if store else None
@@ -92,8 +97,9 @@ def run(suite: str, table: dict[str, Entry], names: list[str], quick: bool, devi
         for name in names:
             part = zoo_store.load(folder, name, cols) if folder else None
             if part is not None:
-                _check_runs(part, table[name].cases, folder)
-            if part is None:
+                part = _stored(suite, name, table[name], quick, device, rounds, cols,
+                               tolerance, folder, part)
+            else:
                 part = measure(suite, name, table[name], quick, device, rounds, cols, tolerance)
                 if folder:
                     zoo_store.save(folder, part)
