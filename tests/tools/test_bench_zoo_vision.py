@@ -13,12 +13,12 @@ from ember.vision import models
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def test_table_covers_the_registry_less_the_listed_skips():
+def test_table_covers_the_whole_registry():
     found = zoo_vision.discover()
     assert set(found) == set(models.list_models())
-    assert set(zoo_vision.SKIPPED) <= set(found)   # every skip names a real builder
+    assert set(zoo_vision.INFERENCE_ONLY) <= set(found)   # each names a real builder
     table = zoo_vision.table()
-    assert set(table) == set(found) - set(zoo_vision.SKIPPED)
+    assert set(table) == set(found)
     families = {m.family for m in table.values()}
     assert {"classification", "segmentation", "video", "detection"} <= families
     assert table["lraspp_mobilenet_v3_large"].family == "segmentation"
@@ -78,7 +78,7 @@ def test_vision_suite_reports_every_mode_and_precision(monkeypatch):
     ok = result.columns.index("ember ok")
     assert [r[ok] for r in result.rows] == ["yes"] * 4, result.notes
     assert "ember: 4/4 runs compile and match eager" in result.notes[0]
-    assert any(n.startswith("skipped: regnet_y_128gf") for n in result.notes)
+    assert any(n.startswith("inference only: regnet_y_128gf") for n in result.notes)
 
 
 def test_zoo_modes_choose_the_runs_and_are_checked(monkeypatch):
@@ -94,6 +94,16 @@ def test_zoo_modes_choose_the_runs_and_are_checked(monkeypatch):
     monkeypatch.setenv("EMBER_ZOO_MODES", "inference,train")
     with pytest.raises(ValueError, match=r"unknown zoo mode\(s\) \['train'\]"):
         zoo_vision.run(quick=True)
+
+
+def test_an_inference_only_model_gets_no_training_runs(monkeypatch):
+    monkeypatch.setattr(zoo, "BACKENDS", ("ember",))
+    monkeypatch.setattr(zoo_vision, "table",
+                        lambda: {"tiny": zoo_vision.VisionModel("classification", _tiny)})
+    monkeypatch.setattr(zoo_vision, "INFERENCE_ONLY", {"tiny": "too big"})
+    result = zoo_vision.run(quick=True, models="tiny")
+    assert [r[2:4] for r in result.rows] == [["inference", "float32"], ["inference", "amp"]]
+    assert "inference only: tiny (too big)" in result.notes
 
 
 def test_a_stored_part_gets_only_its_missing_runs_measured(monkeypatch, tmp_path):
@@ -138,8 +148,6 @@ def test_store_merge_refuses_a_run_kept_twice(tmp_path):
 
 
 def test_vision_suite_names_are_checked_and_reach_the_cli(monkeypatch):
-    with pytest.raises(ValueError, match="skipped"):
-        zoo.run(quick=True, suite="vision", models="vit_h_14")
     with pytest.raises(ValueError, match="unknown vision zoo model"):
         zoo.run(quick=True, suite="vision", models="nope")
     seen = {}

@@ -2,8 +2,8 @@
 
 The models come from the registry (``ember.vision.models.list_models``), so builders added
 later are picked up: every classification builder (small inputs) and the segmentation, video
-and detection builders that exist, less the few listed in :data:`SKIPPED` with their reason.
-Each runs inference and one training step in float32 and AMP (bfloat16 autocast on CPU);
+and detection builders that exist. Each runs inference and one training step in float32 and
+AMP (bfloat16 autocast on CPU), but for the few listed in :data:`INFERENCE_ONLY` with why;
 the measurement (accuracy against eager, compile time, round-robin timing) is the zoo's
 (:mod:`ember.tools.bench.zoo`); this module is the model table and the report.
 """
@@ -24,17 +24,16 @@ from ember.tools.bench.harness import BenchResult
 FAMILIES = ("classification", "segmentation", "video", "detection")
 TASK_PACKAGES = ("segmentation", "video", "detection")   # ember.vision.models.<package>
 
-# too heavy for a shared 2-core CPU even at small inputs: a float64 reference plus three
-# model copies, and minutes of compile per run
-_HUGE = "over 150M parameters (float64 reference + 3 copies: several GB, minutes per compile)"
-SKIPPED = {
-    "regnet_y_128gf": _HUGE, "vit_h_14": _HUGE, "vit_l_16": _HUGE, "vit_l_32": _HUGE,
-    "convnext_large": _HUGE,
-    "s3d": "its minimum clip is 14x224x224 (~3 s per eager forward on one core)",
-}
+# a training step keeps three models' weights and gradients beside float64 gradients: over
+# 20 GB for these 630M-parameter builders
+_HUGE = "its training step would hold about 23 GB (3 models with gradients, float64 gradients)"
+INFERENCE_ONLY = {"regnet_y_128gf": _HUGE, "vit_h_14": _HUGE}
 # input side per classification builder where the default (32 quick, 64) is too small
 _MIN_SIDE = {"inception_v3": 80, "maxvit_t": 224, "alexnet": 64, "squeezenet1_0": 64,
-             "squeezenet1_1": 64, "googlenet": 64}
+             "squeezenet1_1": 64, "googlenet": 64, "vit_h_14": 70}   # 70: 14's multiple
+# video clip (batch, frames, side) per builder where the default is too small: s3d's final
+# pooling needs 14 frames of 224 x 224 (one clip: a forward is ~1.5 s on one core)
+_CLIP = {"s3d": (1, 14, 224)}
 # builder keywords where the default model cannot run at the zoo's inputs: inception_v3's
 # auxiliary head pools its 768-channel map 5x5 and needs 299x299 images
 _KWARGS = {"inception_v3": {"aux_logits": False}}
@@ -96,10 +95,11 @@ def _video(name: str) -> Callable[[bool], zoo.Workload]:
     def build(quick: bool) -> zoo.Workload:
         from ember.vision import models
 
-        side = 32 if quick else 48
+        batch, frames, side = _CLIP.get(name, (2, 4, 32 if quick else 48))
         model = _no_dropout(models.get_model(name, num_classes=NUM_CLASSES))
-        x = torch.randn(2, 3, 4, side, side, generator=torch.Generator().manual_seed(0))
-        y = torch.arange(2) % NUM_CLASSES
+        x = torch.randn(batch, 3, frames, side, side,
+                        generator=torch.Generator().manual_seed(0))
+        y = torch.arange(batch) % NUM_CLASSES
         return zoo.Workload(model, (x,),
                             lambda out: F.cross_entropy(out.float(), y.to(out.device)))
     return build
@@ -168,11 +168,10 @@ def discover() -> dict[str, str]:
 
 
 def table() -> dict[str, VisionModel]:
-    """The suite's models (registry order by family), less :data:`SKIPPED`."""
+    """The suite's models (registry order by family)."""
     found = discover()
     return {name: VisionModel(fam, _MAKERS[fam](name))
-            for fam in FAMILIES for name in sorted(found)
-            if found[name] == fam and name not in SKIPPED}
+            for fam in FAMILIES for name in sorted(found) if found[name] == fam}
 
 
 def run(quick: bool = False, models: str | None = None,
@@ -185,10 +184,7 @@ def run(quick: bool = False, models: str | None = None,
     names = [n for n in names if n] or list(QUICK_MODELS if quick else available)
     unknown = [n for n in names if n not in available]
     if unknown:
-        skipped = {n: SKIPPED[n] for n in unknown if n in SKIPPED}
-        raise ValueError(f"unknown vision zoo model(s) {unknown}"
-                         + (f" (skipped: {skipped})" if skipped else "")
-                         + f"; known: {list(available)}")
+        raise ValueError(f"unknown vision zoo model(s) {unknown}; known: {list(available)}")
     modes = [m for m in (os.environ.get("EMBER_ZOO_MODES") or "").split(",") if m] \
         or list(zoo.MODES)
     if set(modes) - set(zoo.MODES):
@@ -196,7 +192,9 @@ def run(quick: bool = False, models: str | None = None,
                          f"EMBER_ZOO_MODES; known: {list(zoo.MODES)}")
     runs = [(mode, precision) for mode in zoo.MODES if mode in modes
             for precision in zoo.PRECISIONS]
-    entries = {n: zoo_suite.Entry(available[n].family, available[n].build, runs) for n in names}
+    entries = {n: zoo_suite.Entry(available[n].family, available[n].build,
+                                  [r for r in runs if n not in INFERENCE_ONLY
+                                   or r[0] == "inference"]) for n in names}
     parts = zoo_suite.run("vision", entries, names, quick, device,
                           lambda precision, mode: zoo.TOLERANCE[(precision, mode)], store)
     backends = zoo.BACKENDS
@@ -214,17 +212,19 @@ def run(quick: bool = False, models: str | None = None,
                  "in classification, segmentation and video models; "
                  + zoo.accuracy_rule(zoo.TOLERANCE))
     notes.append("inputs: classification 2x3x64x64 (32 quick; inception 80 without its "
-                 "auxiliary head, which needs 299, maxvit 224, vit built at that size), "
-                 "segmentation 2x3x64x64 (loss: mean square of the "
-                 "outputs), video 2x3x4x48x48, detection 2 images 128x128 (64 quick) with one "
-                 f"box each, score threshold 0; {NUM_CLASSES} classes; random weights "
+                 "auxiliary head, which needs 299, maxvit 224, vit_h_14 70, vit built at that "
+                 "size), segmentation 2x3x64x64 (loss: mean square of the outputs), video "
+                 "2x3x4x48x48 (s3d 1x3x14x224x224, its smallest clip), detection 2 images "
+                 "128x128 (64 quick) with one box each, score threshold 0; "
+                 f"{NUM_CLASSES} classes; random weights "
                  "(a detector's rescaled once on its images so each layer's product has unit "
                  f"RMS, box deltas {zoo_detections.BOX_DELTA_RMS:g}: see zoo_detections)")
     notes.append("models: " + ", ".join(names)
                  + ("" if quick or set(names) == set(available) else " (a subset)"))
     if set(modes) != set(zoo.MODES):
         notes.append("modes: " + ", ".join(modes) + " only (EMBER_ZOO_MODES)")
-    notes.append("skipped: " + "; ".join(f"{n} ({why})" for n, why in SKIPPED.items()))
+    notes.append("inference only: " + "; ".join(f"{n} ({why})"
+                                                 for n, why in INFERENCE_ONLY.items()))
     if store:
         notes.append(zoo_store.provenance(parts, store))
     notes += [f"error: {e}" for e in errors]
