@@ -134,18 +134,20 @@ template <typename V> static inline V e_vexp(V x) {
   for (float q : coef) p = e_vfma(p, r, z + q);
   return e_vscalef(p, k);
 }
+// weak: a graph's library may be linked from several translation units, each defining these
+#define E_HELPER __attribute__((weak, visibility("hidden")))
 extern "C" {
 __attribute__((simd("notinbranch"), visibility("hidden"))) float e_expf(float);
 #if defined(__AVX512F__) && defined(__AVX512VL__)
-__attribute__((visibility("hidden"))) e_v16 _ZGVeN16v_e_expf(e_v16 x) { return e_vexp(x); }
+E_HELPER e_v16 _ZGVeN16v_e_expf(e_v16 x) { return e_vexp(x); }
 #endif
-__attribute__((visibility("hidden"))) e_v8 _ZGVdN8v_e_expf(e_v8 x) { return e_vexp(x); }
-__attribute__((visibility("hidden"))) e_v8 _ZGVcN8v_e_expf(e_v8 x) { return e_vexp(x); }
-__attribute__((visibility("hidden"))) e_v4 _ZGVbN4v_e_expf(e_v4 x) { return e_vexp(x); }
-__attribute__((visibility("hidden"))) float e_expf_scalar(float x) { return std::exp(x); }
+E_HELPER e_v8 _ZGVdN8v_e_expf(e_v8 x) { return e_vexp(x); }
+E_HELPER e_v8 _ZGVcN8v_e_expf(e_v8 x) { return e_vexp(x); }
+E_HELPER e_v4 _ZGVbN4v_e_expf(e_v4 x) { return e_vexp(x); }
+E_HELPER float e_expf_scalar(float x) { return std::exp(x); }
 }
 // the scalar e_expf is glibc's: defining it in C++ would make g++ clone it for SIMD itself
-asm(".globl e_expf\n.hidden e_expf\n.set e_expf, e_expf_scalar");
+asm(".weak e_expf\n.hidden e_expf\n.set e_expf, e_expf_scalar");
 static inline float e_exp(float x) { return e_expf(x); }
 #else
 static inline float e_exp(float x) { return std::exp(x); }

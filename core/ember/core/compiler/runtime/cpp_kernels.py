@@ -4,12 +4,14 @@
 Under max-autotune the callables are ``TunedKernel``s; otherwise every run of two or more
 consecutive kernels also gets one ``extern "C"`` entry that calls them in order, bound as
 ``libs["seg:<first kernel>"] = (callable, spec, kernel names)``: one ctypes call per run.
+A large graph's kernels are built as several translation units in parallel (:func:`units`).
 """
 
 from __future__ import annotations
 
 import ctypes
 
+from ember.core import parallel
 from ember.core.compiler import modes
 from ember.core.compiler.codegen import cpp
 from ember.core.compiler.codegen.common import ArgKind
@@ -23,6 +25,9 @@ from ember.core.compiler.schedule import Kernel
 # optimizer step over hundreds of parameters, a long run of kernels) is called through a
 # ``<name>_packed(const int64_t*)`` shim that unpacks one array
 CTYPES_MAX_ARGS = 1024
+# kernel source per translation unit below which splitting a graph's library gains less than
+# the extra g++ start and prelude (~0.3 s): 64 KB takes g++ several seconds at -O3
+UNIT_MIN_CHARS = 64_000
 
 
 def _needs_packing(spec: list, extra: int = 0) -> bool:
@@ -93,6 +98,22 @@ def kernel_sources(kernels: list[Kernel], buffers: dict,
     return sources, {name: spec for name, (_, spec) in sources.items()}
 
 
+def units(groups: list[list[str]], libmvec: bool) -> list[str] | None:
+    """``groups`` of kernel sources (a group must stay together: a run and its entry) as one
+    translation unit per core, balanced by size; None when one unit is as fast."""
+    size = sum(len(src) for group in groups for src in group)
+    n = min(parallel.cores(), len(groups), size // UNIT_MIN_CHARS)
+    if n < 2:
+        return None
+    parts: list[list[str]] = [[] for _ in range(n)]
+    sizes = [0] * n
+    for group in sorted(groups, key=lambda g: -sum(map(len, g))):
+        i = sizes.index(min(sizes))
+        parts[i] += group
+        sizes[i] += sum(map(len, group))
+    return [cpp.translation_unit(part, libmvec) for part in parts]
+
+
 def load(steps: list, buffers: dict, options: dict | None) -> tuple[dict, str]:
     kernels = [s for s in steps if isinstance(s, Kernel)]
     if not kernels:
@@ -104,21 +125,26 @@ def load(steps: list, buffers: dict, options: dict | None) -> tuple[dict, str]:
     tuned = {k.name for k in kernels if tune and not any(isinstance(n, (InputWrite, Scatter))
                                                          for n in k.nodes)}
     sources, specs = kernel_sources(kernels, buffers, frozenset(tuned))
-    parts = [src for src, _ in sources.values()]
     extra = {name: len(cpp.TUNE_PARAMS) if name in tuned else 0 for name in sources}
-    parts += [packed_source(name, spec, buffers, extra[name]) for name, spec in specs.items()
-              if _needs_packing(spec, extra[name])]
+    # each kernel with its packing shim; a run's kernels with the entry calling them
+    groups = {name: [src] + ([packed_source(name, spec, buffers, extra[name])]
+                             if _needs_packing(spec, extra[name]) else [])
+              for name, (src, spec) in sources.items()}
     segments = []
     if modes.native_entry(options):
         for run in (r for r in runs(steps) if len(r) > 1):
             name = f"seg_{run[0].name}"
             src, spec = segment_source(name, run, specs, buffers)
-            parts.append(src)
+            group = groups[run[0].name]
+            for k in run[1:]:
+                group += groups.pop(k.name)
+            group.append(src)
             if _needs_packing(spec):
-                parts.append(packed_source(name, spec, buffers))
+                group.append(packed_source(name, spec, buffers))
             segments.append((name, spec, [k.name for k in run]))
-    tu = cpp.translation_unit(parts, build.has_libmvec())
-    lib = build.load(tu, options)
+    libmvec = build.has_libmvec()
+    tu = cpp.translation_unit([src for group in groups.values() for src in group], libmvec)
+    lib = build.load(tu, options, units(list(groups.values()), libmvec))
     libs: dict = {}
     for name, (src, spec) in sources.items():
         if name in tuned:
