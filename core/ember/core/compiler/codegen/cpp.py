@@ -416,8 +416,10 @@ def _function(name: str, params: list, body: _Body) -> str:
 
 
 # g++ -O3's time grows about quadratically with the SIMD loops of one function: a cat of 600
-# parts as 600 loops in one function took 150 s to build, in functions of 32 loops 3 s
-STAGES_PER_FUNCTION = 32
+# parts as 600 loops in one function took 150 s to build, in functions of 32 loops 3 s; of 8
+# loops, densenet121's kernels (a batch norm over the concatenation of up to 32 parts before
+# each convolution) build in about half the time of 32 (16 and 4 in between)
+STAGES_PER_FUNCTION = 8
 
 
 @dataclass
