@@ -136,6 +136,30 @@ def test_a_stored_part_gets_only_its_missing_runs_measured(monkeypatch, tmp_path
     assert "ember: 2/2 runs compile and match eager" in again.notes[0]
 
 
+def test_stored_only_reports_the_store_and_measures_nothing(monkeypatch, tmp_path):
+    monkeypatch.setattr(zoo, "BACKENDS", ("ember",))
+    monkeypatch.setattr(zoo_vision, "table",
+                        lambda: {"tiny": zoo_vision.VisionModel("classification", _tiny),
+                                 "other": zoo_vision.VisionModel("classification", _tiny)})
+    monkeypatch.setenv("EMBER_ZOO_MODES", "inference")
+    first = zoo.run(quick=True, suite="vision", models="tiny", store=str(tmp_path))
+    monkeypatch.delenv("EMBER_ZOO_MODES")
+    monkeypatch.setenv("EMBER_ZOO_STORED_ONLY", "1")
+
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("measured under EMBER_ZOO_STORED_ONLY")
+
+    monkeypatch.setattr(zoo_suite, "measure", no_measuring)
+    report = zoo.run(quick=True, suite="vision", models="tiny,other", store=str(tmp_path))
+    assert report.rows == first.rows
+    assert ("not measured yet (EMBER_ZOO_STORED_ONLY): tiny (training float32, training amp); "
+            "other (inference float32, inference amp, training float32, training amp)"
+            in report.notes)
+    assert "ember: 2/2 runs compile and match eager" in report.notes[0]
+    with pytest.raises(ValueError, match="no --store"):
+        zoo.run(quick=True, suite="vision", models="tiny")
+
+
 def test_store_merge_refuses_a_run_kept_twice(tmp_path):
     cols = zoo_suite.columns(("ember",))
     row = ["tiny", "classification", "inference", "amp", 1.0, "yes", 1.0, 0.1, 0, "none"]

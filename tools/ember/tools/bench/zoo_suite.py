@@ -8,6 +8,7 @@ measurement, and the summary lines recomputed from the rows, so that rows kept o
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,17 +86,43 @@ def _stored(suite: str, name: str, entry: Entry, quick: bool, device: str, round
     return zoo_store.select(part, entry.cases)
 
 
+def stored_only() -> bool:
+    """``EMBER_ZOO_STORED_ONLY=1``: report the store's rows and measure nothing (a suite
+    still running in parts, reported so far)."""
+    return os.environ.get("EMBER_ZOO_STORED_ONLY", "") not in ("", "0")
+
+
+def not_stored(table: dict[str, Entry], names: list[str],
+               parts: list[zoo_store.Part]) -> list[str]:
+    """``model (mode precision, ...)`` for each asked run missing from ``parts``."""
+    have = {p.model: set(p.runs()) for p in parts}
+    out = []
+    for name in names:
+        missing = [f"{m} {p}" for m, p in table[name].cases if (m, p) not in have.get(name, ())]
+        if missing:
+            out.append(f"{name} ({', '.join(missing)})")
+    return out
+
+
 def run(suite: str, table: dict[str, Entry], names: list[str], quick: bool, device: str,
         tolerance: Callable[[str, str], float], store: str | None) -> list[zoo_store.Part]:
     """Each named model's part: from ``store`` when kept there (its missing runs measured and
-    added), else measured (and kept)."""
+    added), else measured (and kept); under :func:`stored_only`, only what is stored."""
     rounds = 3 if quick else 5
     cols = columns(zoo.BACKENDS)
     folder = Path(store) if store else None
+    if stored_only() and folder is None:
+        raise ValueError("EMBER_ZOO_STORED_ONLY reports a --store folder's rows; no --store "
+                         "was given")
     parts = []
     with zoo._fresh_caches():
         for name in names:
             part = zoo_store.load(folder, name, cols) if folder else None
+            if stored_only():
+                runs = [c for c in table[name].cases if part and c in part.runs()]
+                if runs:
+                    parts.append(zoo_store.select(part, runs))
+                continue
             if part is not None:
                 part = _stored(suite, name, table[name], quick, device, rounds, cols,
                                tolerance, folder, part)

@@ -225,8 +225,11 @@ def run(quick: bool = False, models: str | None = None,
         notes.append("modes: " + ", ".join(modes) + " only (EMBER_ZOO_MODES)")
     notes.append("inference only: " + "; ".join(f"{n} ({why})"
                                                  for n, why in INFERENCE_ONLY.items()))
-    if store:
+    if store and parts:
         notes.append(zoo_store.provenance(parts, store))
+    if zoo_suite.stored_only():
+        notes.append("not measured yet (EMBER_ZOO_STORED_ONLY): "
+                     + ("; ".join(zoo_suite.not_stored(entries, names, parts)) or "none"))
     notes += [f"error: {e}" for e in errors]
     title = ("Vision model zoo (ember.vision.models): eager vs Inductor vs Ember, inference and "
              f"a training step, float32 and AMP ({'quick' if quick else 'small inputs'})")
