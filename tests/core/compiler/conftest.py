@@ -20,6 +20,17 @@ def _kernel_cache(tmp_path_factory):
     mp.undo()
 
 
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """A kernel cache of this test's own, and no library loaded from another."""
+    from ember.core.compiler.runtime import build
+
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    build._loaded.clear()
+    yield tmp_path
+    build._loaded.clear()
+
+
 @pytest.fixture(params=ISA_LEVELS)
 def isa_level(request, monkeypatch):
     """Builds kernels for each level in ``ISA_LEVELS`` in turn (``EMBER_CPU_ISA``)."""

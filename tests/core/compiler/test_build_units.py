@@ -7,15 +7,6 @@ from ember.core import parallel
 from ember.core.compiler.codegen import cpp
 from ember.core.compiler.runtime import build, cpp_kernels
 
-
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
-    build._loaded.clear()
-    yield tmp_path
-    build._loaded.clear()
-
-
 # each unit carries the prelude, whose SIMD exp helpers every unit defines
 A = 'extern "C" int e_a(float x) { return static_cast<int>(e_exp(x)); }\n'
 B = 'extern "C" int e_b(float x) { return static_cast<int>(e_exp(x)) + 1; }\n'

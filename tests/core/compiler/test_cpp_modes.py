@@ -16,12 +16,6 @@ def _graph(x, w):
     return F.layer_norm(y, (y.shape[-1],)).relu() + x.sum(0), torch.log_softmax(x, -1)
 
 
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
-    return tmp_path
-
-
 def test_mode_names_are_checked():
     assert modes.tunes_kernels({"mode": "max-autotune-no-cudagraphs"})
     assert modes.native_entry({"mode": "reduce-overhead"}) and modes.native_entry(None)

@@ -16,14 +16,6 @@ OTHER = lambda x: (x + 0.5).sigmoid() * 3
 
 
 @pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
-    build._loaded.clear()
-    yield tmp_path
-    build._loaded.clear()
-
-
-@pytest.fixture
 def cache_warnings(caplog):
     caplog.set_level(logging.WARNING, logger="ember.cache")
     return lambda: [r.getMessage() for r in caplog.records if r.name == "ember.cache"]
