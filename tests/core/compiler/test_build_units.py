@@ -12,12 +12,12 @@ A = 'extern "C" int e_a(float x) { return static_cast<int>(e_exp(x)); }\n'
 B = 'extern "C" int e_b(float x) { return static_cast<int>(e_exp(x)) + 1; }\n'
 
 
-def test_units_make_one_library_named_by_the_whole_source(fresh_cache):
+def test_units_make_one_library_named_by_the_whole_source(fresh_cache, isa_level):
     libmvec = build.has_libmvec()
     source = cpp.translation_unit([A, B], libmvec)
     units = [cpp.translation_unit([A], libmvec), cpp.translation_unit([B], libmvec)]
     builds, compiled = build.builds, build.units_built
-    lib = build.load(source, None, units)
+    lib = build.load(source, None, units)   # EMBER_CPU_ISA: each level's exp helpers
     assert (build.builds, build.units_built) == (builds + 1, compiled + 2)
     for name, want in (("e_a", 7), ("e_b", 8)):
         fn = getattr(lib, name)
@@ -39,7 +39,7 @@ def test_small_graphs_stay_one_unit():
     assert cpp_kernels.units([["x" * 100], ["y" * 100]], False) is None
 
 
-def test_graph_split_over_units_matches_eager(ecompile, fresh_cache, monkeypatch):
+def test_graph_split_over_units_matches_eager(ecompile, fresh_cache, monkeypatch, isa_level):
     monkeypatch.setattr(cpp_kernels, "UNIT_MIN_CHARS", 1)
     monkeypatch.setattr(parallel, "cores", lambda: 3)
 
