@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ember.tools.bench import zoo, zoo_store, zoo_suite
+from ember.tools.bench import zoo, zoo_suite
 from ember.tools.bench.harness import BenchResult
 
 # (mode, precision) cases; the training step runs in float32 only
@@ -311,11 +311,7 @@ def run(quick: bool = False, models: str | None = None,
                  "vs inductor = Inductor median / Ember median; compile s = first call; ember "
                  "graph breaks / eager ops = Dynamo graph breaks and ATen ops Ember left to "
                  "eager inside its graphs during that first call")
-    if store and parts:
-        notes.append(zoo_store.provenance(parts, store))
-    if zoo_suite.stored_only():
-        notes.append("not measured yet (EMBER_ZOO_STORED_ONLY): "
-                     + ("; ".join(zoo_suite.not_stored(entries, names, parts)) or "none"))
+    notes += zoo_suite.store_notes(entries, names, parts, store)
     notes += [f"error: {e}" for e in errors]
     title = ("HF model zoo (transformers): eager vs Inductor vs Ember, inference float32 and "
              f"AMP, a training step ({'quick' if quick else 'small configs'})")

@@ -92,8 +92,19 @@ def stored_only() -> bool:
     return os.environ.get("EMBER_ZOO_STORED_ONLY", "") not in ("", "0")
 
 
-def not_stored(table: dict[str, Entry], names: list[str],
-               parts: list[zoo_store.Part]) -> list[str]:
+def store_notes(table: dict[str, Entry], names: list[str], parts: list[zoo_store.Part],
+                store: str | None) -> list[str]:
+    """The report's store lines: where the rows come from and, under :func:`stored_only`,
+    the runs not measured yet."""
+    notes = [zoo_store.provenance(parts, store)] if store and parts else []
+    if stored_only():
+        notes.append("not measured yet (EMBER_ZOO_STORED_ONLY): "
+                     + ("; ".join(_not_stored(table, names, parts)) or "none"))
+    return notes
+
+
+def _not_stored(table: dict[str, Entry], names: list[str],
+                parts: list[zoo_store.Part]) -> list[str]:
     """``model (mode precision, ...)`` for each asked run missing from ``parts``."""
     have = {p.model: set(p.runs()) for p in parts}
     out = []

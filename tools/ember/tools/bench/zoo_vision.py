@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ember.tools.bench import zoo, zoo_detections, zoo_store, zoo_suite
+from ember.tools.bench import zoo, zoo_detections, zoo_suite
 from ember.tools.bench.harness import BenchResult
 
 FAMILIES = ("classification", "segmentation", "video", "detection")
@@ -225,11 +225,7 @@ def run(quick: bool = False, models: str | None = None,
         notes.append("modes: " + ", ".join(modes) + " only (EMBER_ZOO_MODES)")
     notes.append("inference only: " + "; ".join(f"{n} ({why})"
                                                  for n, why in INFERENCE_ONLY.items()))
-    if store and parts:
-        notes.append(zoo_store.provenance(parts, store))
-    if zoo_suite.stored_only():
-        notes.append("not measured yet (EMBER_ZOO_STORED_ONLY): "
-                     + ("; ".join(zoo_suite.not_stored(entries, names, parts)) or "none"))
+    notes += zoo_suite.store_notes(entries, names, parts, store)
     notes += [f"error: {e}" for e in errors]
     title = ("Vision model zoo (ember.vision.models): eager vs Inductor vs Ember, inference and "
              f"a training step, float32 and AMP ({'quick' if quick else 'small inputs'})")
